@@ -1,0 +1,1 @@
+"""Pure domain logic of media-usage-worker: no Celery, no SQLAlchemy, no I/O."""

@@ -1,0 +1,96 @@
+"""Engine construction for the two supported databases.
+
+SQLite is tuned for several worker processes sharing one file: WAL so readers never block the
+writer, a generous busy timeout, and ``BEGIN IMMEDIATE`` for every transaction so a claimer
+takes the write lock up front instead of failing with "database is locked" when it tries to
+upgrade a read lock half-way through a compare-and-set.
+
+PostgreSQL goes through psycopg 3 at READ COMMITTED (every state change is one guarded
+statement, so nothing needs a stronger level) with ``pool_pre_ping`` so a restarted server costs
+one reconnect instead of one failed task.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine import URL, Engine, make_url
+from sqlalchemy.exc import ArgumentError
+
+from domain.errors import InvalidDatabaseURL
+
+SQLITE_BUSY_TIMEOUT_SECONDS = 30
+POSTGRES_DRIVERS = {None, "psycopg"}
+SQLITE_DRIVERS = {None, "pysqlite"}
+
+
+def parse_database_url(url: str | URL) -> URL:
+    """Validate ``url`` and return it with the driver this project uses."""
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError, TypeError) as exc:
+        raise InvalidDatabaseURL(f"Database URL {str(url)[:200]!r} is malformed.") from exc
+    backend, driver = parsed.get_backend_name(), parsed.get_driver_name()
+    explicit_driver = driver if "+" in parsed.drivername else None
+    if backend == "sqlite" and explicit_driver in SQLITE_DRIVERS:
+        if not parsed.database or parsed.database == ":memory:":
+            raise InvalidDatabaseURL(
+                "SQLite needs a file path (sqlite:///path.db); an in-memory database cannot be "
+                "shared between workers."
+            )
+        return parsed.set(drivername="sqlite")
+    if backend in {"postgresql", "postgres"} and explicit_driver in POSTGRES_DRIVERS:
+        if not parsed.database:
+            raise InvalidDatabaseURL("PostgreSQL URL must name a database.")
+        return parsed.set(drivername="postgresql+psycopg")
+    raise InvalidDatabaseURL(
+        f"Unsupported database {parsed.drivername!r}: use sqlite:///FILE or postgresql://..."
+    )
+
+
+def create_engine(url: str | URL, **overrides: Any) -> Engine:
+    """Create the engine for ``url`` (SQLite file or PostgreSQL), configured as described above."""
+    parsed = parse_database_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        return _create_sqlite_engine(parsed, overrides)
+    return _create_postgres_engine(parsed, overrides)
+
+
+def _create_postgres_engine(url: URL, overrides: dict[str, Any]) -> Engine:
+    options: dict[str, Any] = {
+        "pool_pre_ping": True,
+        "isolation_level": "READ COMMITTED",
+        # Column defaults use CURRENT_TIMESTAMP::text, so pin the session zone to UTC.
+        "connect_args": {"options": "-c timezone=UTC"},
+    }
+    options.update(overrides)
+    return sa.create_engine(url, **options)
+
+
+def _create_sqlite_engine(url: URL, overrides: dict[str, Any]) -> Engine:
+    options: dict[str, Any] = {"connect_args": {"timeout": SQLITE_BUSY_TIMEOUT_SECONDS}}
+    options.update(overrides)
+    engine = sa.create_engine(url, **options)
+
+    @event.listens_for(engine, "connect")
+    def _configure(dbapi_connection: Any, _record: Any) -> None:
+        # Take transaction control away from pysqlite so BEGIN IMMEDIATE below is the only BEGIN.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_SECONDS * 1000}")
+        cursor.execute("PRAGMA journal_mode = WAL")
+        cursor.execute("PRAGMA synchronous = NORMAL")
+        cursor.execute("PRAGMA foreign_keys = ON")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin_immediate(connection: sa.Connection) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine
+
+
+def is_postgres(engine_or_connection: Engine | sa.Connection) -> bool:
+    return engine_or_connection.dialect.name == "postgresql"

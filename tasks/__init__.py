@@ -1,0 +1,9 @@
+"""Everything Celery: the app, the beat tick, the per-item task, reconciliation and dispatch.
+
+``celery -A tasks ...`` finds ``tasks.app`` (the Celery instance) through this package.
+Importing the package registers every task. This package never writes SQL text.
+"""
+
+from tasks.app import app
+
+__all__ = ["app"]

@@ -1,0 +1,173 @@
+"""Shared fixtures: real SQLite files, a real PostgreSQL server and a real redis-server.
+
+Servers come from ``MEDIA_USAGE_TEST_POSTGRES_URL`` / ``MEDIA_USAGE_TEST_REDIS_URL`` when set,
+else are started from the binaries on the machine for the session. A server that cannot be had
+skips its tests with the reason, except under ``CI`` where that is a failure.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+# celery.contrib.pytest's fixtures, imported by name so they shadow pytest-celery 1.x's Docker ones.
+from celery.contrib.pytest import celery_app, celery_worker  # noqa: F401
+
+from repository.db import create_engine
+from tests.servers import PostgresServer, RedisServer, ServerUnavailable
+
+DIALECTS = ["sqlite", "postgresql"]
+
+
+def _unavailable(reason: str) -> None:
+    if os.environ.get("CI"):
+        pytest.fail(f"CI requires this server: {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def postgres_admin_url() -> Iterator[str]:
+    configured = os.environ.get("MEDIA_USAGE_TEST_POSTGRES_URL")
+    if configured:
+        yield configured
+        return
+    try:
+        server = PostgresServer().start()
+    except (ServerUnavailable, OSError) as exc:
+        _unavailable(f"PostgreSQL unavailable: {exc}")
+    try:
+        yield server.admin_url
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    configured = os.environ.get("MEDIA_USAGE_TEST_REDIS_URL")
+    if configured:
+        yield configured
+        return
+    try:
+        server = RedisServer().start()
+    except (ServerUnavailable, OSError) as exc:
+        _unavailable(f"Redis unavailable: {exc}")
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+class PostgresDatabases:
+    """Creates and drops databases on the test server through one AUTOCOMMIT connection."""
+
+    def __init__(self, admin_url: str) -> None:
+        self.admin_url = admin_url
+        self.admin = create_engine(admin_url, isolation_level="AUTOCOMMIT", poolclass=sa.NullPool)
+
+    def url_for(self, name: str) -> str:
+        return sa.make_url(self.admin_url).set(database=name).render_as_string(hide_password=False)
+
+    def create(self, template: str | None = None) -> str:
+        name = f"t_{uuid.uuid4().hex[:16]}"
+        clause = f" TEMPLATE {template}" if template else ""
+        with self.admin.connect() as conn:
+            conn.exec_driver_sql(f"CREATE DATABASE {name}{clause}")
+        return name
+
+    def drop(self, name: str) -> None:
+        with self.admin.connect() as conn:
+            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture(scope="session")
+def postgres_databases(postgres_admin_url: str) -> Iterator[PostgresDatabases]:
+    databases = PostgresDatabases(postgres_admin_url)
+    yield databases
+    databases.admin.dispose()
+
+
+@pytest.fixture(params=DIALECTS)
+def dialect(request: pytest.FixtureRequest) -> str:
+    """Runs the requesting test once on SQLite and once on PostgreSQL."""
+    return request.param
+
+
+def _fresh_url(
+    dialect: str, request: pytest.FixtureRequest, tmp_path: Path, template: str | None
+) -> Iterator[str]:
+    if dialect == "sqlite":
+        path = tmp_path / "media_usage.db"
+        if template:
+            shutil.copyfile(template, path)
+        yield f"sqlite:///{path}"
+        return
+    databases: PostgresDatabases = request.getfixturevalue("postgres_databases")
+    name = databases.create(template)
+    try:
+        yield databases.url_for(name)
+    finally:
+        databases.drop(name)
+
+
+@pytest.fixture
+def database_url(dialect: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh, empty database of the current dialect."""
+    yield from _fresh_url(dialect, request, tmp_path, template=None)
+
+
+@pytest.fixture
+def engine(database_url: str) -> Iterator[sa.Engine]:
+    engine = create_engine(database_url)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture(scope="session")
+def migrated_templates(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """Per dialect, a database with the schema applied, built once and cloned per test."""
+    return {}
+
+
+def _template_for(dialect: str, request: pytest.FixtureRequest) -> str:
+    from repository.migrate import upgrade
+
+    templates: dict[str, str] = request.getfixturevalue("migrated_templates")
+    if dialect in templates:
+        return templates[dialect]
+    if dialect == "sqlite":
+        path = request.getfixturevalue("tmp_path_factory").mktemp("template") / "template.db"
+        engine = create_engine(f"sqlite:///{path}")
+        upgrade(engine)
+        with engine.connect() as conn:
+            conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+        engine.dispose()
+        templates[dialect] = str(path)
+    else:
+        databases: PostgresDatabases = request.getfixturevalue("postgres_databases")
+        name = databases.create()
+        engine = create_engine(databases.url_for(name), poolclass=sa.NullPool)
+        upgrade(engine)
+        engine.dispose()
+        templates[dialect] = name
+    return templates[dialect]
+
+
+@pytest.fixture
+def migrated_url(dialect: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh database of the current dialect with every migration applied."""
+    template = _template_for(dialect, request)
+    yield from _fresh_url(dialect, request, tmp_path, template=template)
+
+
+@pytest.fixture
+def db(migrated_url: str) -> Iterator[sa.Engine]:
+    """An engine on a fresh, migrated database of the current dialect."""
+    engine = create_engine(migrated_url)
+    yield engine
+    engine.dispose()
