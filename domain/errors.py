@@ -41,3 +41,11 @@ class CollectionExists(MediaUsageError):
 
 class CollectionNotFound(MediaUsageError):
     """No collection has this slug."""
+
+
+class FieldExists(InvalidArgument):
+    """The collection already has a field or column with this slug."""
+
+
+class CaptureInactive(MediaUsageError):
+    """media usage capture inactive"""

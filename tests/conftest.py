@@ -144,9 +144,7 @@ def _template_for(dialect: str, request: pytest.FixtureRequest) -> str:
         path = request.getfixturevalue("tmp_path_factory").mktemp("template") / "template.db"
         engine = create_engine(f"sqlite:///{path}")
         upgrade(engine)
-        with engine.connect() as conn:
-            conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
-        engine.dispose()
+        engine.dispose()  # the last connection to close checkpoints the WAL into the file
         templates[dialect] = str(path)
     else:
         databases: PostgresDatabases = request.getfixturevalue("postgres_databases")

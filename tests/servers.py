@@ -64,6 +64,10 @@ class PostgresServer:
     def _popen_kwargs(self) -> dict:
         return {"user": self.run_as} if self.run_as else {}
 
+    def _log(self):
+        """Server log file in the cluster directory (kept out of pytest's captured output)."""
+        return open(self.root / "postgres.log", "ab")
+
     def start(self) -> PostgresServer:
         if self.run_as:
             entry = pwd.getpwnam(self.run_as)
@@ -81,7 +85,7 @@ class PostgresServer:
         ]  # fmt: skip
         self.executor = TCPExecutor(
             command, host="127.0.0.1", port=self.port, timeout=60,
-            popen_kwargs=self._popen_kwargs(), stdout=subprocess.DEVNULL,
+            popen_kwargs=self._popen_kwargs(), stdout=subprocess.DEVNULL, stderr=self._log(),
         )  # fmt: skip
         self.executor.start()
         return self

@@ -1,0 +1,1 @@
+"""media-usage-worker: the operator CLI and the embedded demo."""

@@ -1,0 +1,241 @@
+"""The collection registry: ``_emdash_collections``, ``_emdash_fields`` and ``ec_<slug>`` tables.
+
+Creating a collection is one transaction: registry rows, the content table, its index-status
+row and, once capture is active, its capture triggers. A half-created collection never exists.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+from sqlalchemy.exc import IntegrityError, ProgrammingError
+
+from domain.content_model import (
+    FieldDefinition,
+    validate_collection_slug,
+    validate_fields,
+    validate_label,
+)
+from domain.errors import CollectionExists, CollectionNotFound, FieldExists, MediaUsageError
+from repository import activation
+from repository.clock import db_now
+from repository.content_tables import add_field_column, content_table_name, create_content_table
+from repository.ids import new_ulid
+from repository.schema import (
+    ADAPTER_ID,
+    SCOPE_TYPE,
+    collection_deletions,
+    collections,
+    fields,
+    index_status,
+)
+
+STALE_ERROR_CODE = "CONTENT_USAGE_STALE"
+
+
+@dataclass(frozen=True)
+class Collection:
+    id: str
+    slug: str
+    label: str
+
+
+class CollectionRegistry:
+    """Creates and reads collections; owns the registry's SQL."""
+
+    def __init__(self, engine: sa.Engine) -> None:
+        self.engine = engine
+
+    def create_collection(
+        self, slug: str, label: str, fields: Sequence[FieldDefinition] = ()
+    ) -> Collection:
+        """Create the collection, its ``ec_<slug>`` table and its status row atomically."""
+        slug = validate_collection_slug(slug)
+        label = validate_label(label)
+        definitions = validate_fields(list(fields))
+        collection = Collection(id=new_ulid(), slug=slug, label=label)
+        try:
+            with self.engine.begin() as conn:
+                self._assert_slug_free(conn, slug)
+                # Status row and triggers first (when capture is active): content writes into
+                # the new table fail until the registry row below makes the identity whole.
+                activation.prepare_new_collection(conn, collection.id, slug)
+                create_content_table(conn, slug, definitions)
+                activation.install_for_new_collection(conn, collection.id, slug)
+                conn.execute(
+                    collections.insert().values(
+                        id=collection.id,
+                        slug=slug,
+                        label=label,
+                        created_at=db_now(),
+                        updated_at=db_now(),
+                    )
+                )
+                for position, definition in enumerate(definitions):
+                    conn.execute(_field_row(collection.id, definition, position))
+                activation.finish_new_collection(conn, collection.id, slug)
+        except (IntegrityError, ProgrammingError) as exc:
+            # A concurrent creator won the slug (unique key or CREATE TABLE) between our check
+            # and our write; report it the same way as the check does.
+            if self.get(slug) is not None:
+                raise CollectionExists(f"Collection {slug!r} already exists.") from exc
+            raise
+        return collection
+
+    def create_field(self, collection_slug: str, field: FieldDefinition) -> None:
+        """Add a field (and its column); coverage of the collection becomes stale."""
+        collection_slug = validate_collection_slug(collection_slug)
+        (definition,) = validate_fields([field])
+        with self.engine.begin() as conn:
+            collection = self._get(conn, collection_slug)
+            if collection is None:
+                raise CollectionNotFound(f"No collection has slug {collection_slug!r}.")
+            existing = conn.execute(
+                sa.select(fields.c.id).where(
+                    fields.c.collection_id == collection.id, fields.c.slug == definition.slug
+                )
+            ).first()
+            columns = {
+                c["name"] for c in sa.inspect(conn).get_columns(content_table_name(collection_slug))
+            }
+            if existing is not None or definition.slug in columns:
+                raise FieldExists(
+                    f"Collection {collection_slug!r} already has a field {definition.slug!r}."
+                )
+            position = conn.execute(
+                sa.select(sa.func.coalesce(sa.func.max(fields.c.sort_order) + 1, 0)).where(
+                    fields.c.collection_id == collection.id
+                )
+            ).scalar_one()
+            conn.execute(_field_row(collection.id, definition, position))
+            add_field_column(conn, collection_slug, definition)
+            _invalidate_coverage_for_schema_change(conn, collection)
+
+    def get(self, slug: str) -> Collection | None:
+        with self.engine.connect() as conn:
+            return self._get(conn, slug)
+
+    def get_by_id(self, collection_id: str) -> Collection | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                sa.select(collections.c.id, collections.c.slug, collections.c.label).where(
+                    collections.c.id == collection_id
+                )
+            ).first()
+        return Collection(*row) if row else None
+
+    def list(self) -> list[Collection]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                sa.select(collections.c.id, collections.c.slug, collections.c.label).order_by(
+                    collections.c.slug
+                )
+            ).all()
+        return [Collection(*row) for row in rows]
+
+    def fields(self, collection_id: str) -> list[FieldDefinition]:
+        """The collection's fields in their sort order, as stored (validation JSON parsed)."""
+        with self.engine.connect() as conn:
+            return load_fields(conn, collection_id)
+
+    @staticmethod
+    def _get(conn: sa.Connection, slug: str) -> Collection | None:
+        row = conn.execute(
+            sa.select(collections.c.id, collections.c.slug, collections.c.label).where(
+                collections.c.slug == slug
+            )
+        ).first()
+        return Collection(*row) if row else None
+
+    def _assert_slug_free(self, conn: sa.Connection, slug: str) -> None:
+        if self._get(conn, slug) is not None:
+            raise CollectionExists(f"Collection {slug!r} already exists.")
+        tombstone = conn.execute(
+            sa.select(collection_deletions.c.collection_id).where(
+                collection_deletions.c.collection_slug == slug
+            )
+        ).first()
+        if tombstone is not None:
+            raise CollectionExists(f"Collection {slug!r} is still being deleted.")
+        if sa.inspect(conn).has_table(content_table_name(slug)):
+            raise CollectionExists(f"Table {content_table_name(slug)!r} already exists.")
+
+
+def load_fields(conn: sa.Connection, collection_id: str) -> list[FieldDefinition]:
+    rows = conn.execute(
+        sa.select(
+            fields.c.slug, fields.c.label, fields.c.type, fields.c.required, fields.c.validation
+        )
+        .where(fields.c.collection_id == collection_id)
+        .order_by(fields.c.sort_order, fields.c.slug)
+    ).all()
+    return [
+        FieldDefinition(
+            slug=row.slug,
+            label=row.label,
+            type=row.type,
+            required=bool(row.required),
+            validation=_parse_validation(row.validation),
+        )
+        for row in rows
+    ]
+
+
+def _parse_validation(raw: str | None) -> dict | None:
+    if raw is None:
+        return None
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return {"__invalid__": raw}
+    return value if isinstance(value, dict) else {"__invalid__": raw}
+
+
+def _field_row(collection_id: str, definition: FieldDefinition, position: int) -> sa.Insert:
+    return fields.insert().values(
+        id=new_ulid(),
+        collection_id=collection_id,
+        slug=definition.slug,
+        label=definition.label,
+        type=definition.type,
+        column_type=definition.column_type,
+        required=int(definition.required),
+        validation=definition.validation_json(),
+        sort_order=position,
+    )
+
+
+def _invalidate_coverage_for_schema_change(conn: sa.Connection, collection: Collection) -> None:
+    """Bump the epoch and require reconciliation: indexed projections predate the new field."""
+    s = index_status.c
+    active = s.capture_state == "active"
+    result = conn.execute(
+        index_status.update()
+        .where(
+            s.adapter_id == ADAPTER_ID,
+            s.scope_type == SCOPE_TYPE,
+            s.scope_key == collection.slug,
+            s.collection_id == collection.id,
+        )
+        .values(
+            change_epoch=s.change_epoch + 1,
+            # Before activation a never-indexed collection stays "never"; anything else is stale.
+            status=sa.case(
+                (sa.and_(s.status == "never", sa.not_(active)), s.status), else_="stale"
+            ),
+            completed_at=None,
+            cursor=None,
+            last_error_code=STALE_ERROR_CODE,
+            reconciliation_required=1,
+            updated_at=db_now(),
+        )
+        .returning(s.capture_state)
+    ).all()
+    if not result and activation.is_activation_active(conn):
+        raise MediaUsageError(
+            f"Collection {collection.slug!r} has no active capture status row; schema change "
+            "aborted so coverage cannot silently stay complete."
+        )

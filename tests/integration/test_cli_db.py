@@ -1,0 +1,81 @@
+"""``media-usage db`` and ``collections`` through click's runner and as a real subprocess."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import sqlalchemy as sa
+from click.testing import CliRunner
+
+from media_usage_worker.cli import main
+from repository.migrate import current_revision
+
+
+def test_db_upgrade_uses_the_environment_url(database_url: str) -> None:
+    result = CliRunner().invoke(
+        main, ["db", "upgrade"], env={"MEDIA_USAGE_DATABASE_URL": database_url}
+    )
+    assert result.exit_code == 0, result.output
+    assert "0002_media_usage_tables" in result.output
+    assert current_revision(database_url) == "0002_media_usage_tables"
+
+
+def test_db_upgrade_as_a_subprocess_is_idempotent(database_url: str) -> None:
+    command = [sys.executable, "-m", "media_usage_worker", "db", "upgrade"]
+    for _ in range(2):
+        done = subprocess.run(
+            [*command, "--database-url", database_url], capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 0, done.stderr
+    assert current_revision(database_url) == "0002_media_usage_tables"
+
+
+def test_bad_url_is_usage_error_with_one_line() -> None:
+    result = CliRunner().invoke(main, ["db", "upgrade", "--database-url", "mysql://u@h/db"])
+    assert result.exit_code == 2
+    assert "Traceback" not in result.output
+    assert "Unsupported database 'mysql'" in result.output
+
+
+def test_collections_create_and_list(migrated_url: str) -> None:
+    runner = CliRunner()
+    fields_json = json.dumps(
+        [{"slug": "gallery", "type": "repeater",
+          "validation": {"subFields": [{"slug": "image", "type": "image"}]}}]
+    )  # fmt: skip
+    created = runner.invoke(
+        main,
+        ["collections", "create", "posts", "--field", "hero:image", "--field",
+         "body:portableText:required", "--fields-json", fields_json,
+         "--database-url", migrated_url],
+    )  # fmt: skip
+    assert created.exit_code == 0, created.output
+    listed = runner.invoke(main, ["collections", "list", "--json", "--database-url", migrated_url])
+    assert listed.exit_code == 0
+    (collection,) = json.loads(listed.output)["collections"]
+    assert collection["slug"] == "posts"
+    assert collection["fields"] == [
+        {"slug": "hero", "type": "image"},
+        {"slug": "body", "type": "portableText"},
+        {"slug": "gallery", "type": "repeater"},
+    ]
+    again = runner.invoke(main, ["collections", "create", "posts", "--database-url", migrated_url])
+    assert again.exit_code == 1 and "already exists" in again.output
+
+
+def test_collections_create_rejects_bad_input_before_touching_the_database(
+    migrated_url: str,
+) -> None:
+    runner = CliRunner()
+    for args in (["Posts"], ["posts", "--field", "hero"], ["posts", "--field", "id:string"],
+                 ["posts", "--fields-json", "{"], ["posts", "--field", "x:hologram"]):  # fmt: skip
+        result = runner.invoke(
+            main, ["collections", "create", *args, "--database-url", migrated_url]
+        )
+        assert result.exit_code == 2, (args, result.output)
+        assert "Traceback" not in result.output
+    engine = sa.create_engine(migrated_url.replace("postgresql://", "postgresql+psycopg://"))
+    assert not sa.inspect(engine).has_table("ec_posts")
+    engine.dispose()
