@@ -9,8 +9,16 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from repository import schema
+from domain.errors import MediaUsageError
+from repository import schema, triggers
 from repository.clock import db_now
+from repository.content_tables import content_table_name
+from repository.upsert import insert_factory
+
+
+class ActivationError(MediaUsageError):
+    """Incremental capture could not be activated; nothing was changed."""
+
 
 _status = schema.index_status.c
 _activation = schema.activation.c
@@ -52,8 +60,6 @@ def prepare_new_collection(conn: sa.Connection, collection_id: str, slug: str) -
 def install_for_new_collection(conn: sa.Connection, collection_id: str, slug: str) -> None:
     """While capture is active, install the new table's triggers inside the creating transaction."""
     if is_activation_active(conn):
-        from repository import triggers
-
         triggers.install(conn, collection_id, slug)
 
 
@@ -63,4 +69,95 @@ def finish_new_collection(conn: sa.Connection, collection_id: str, slug: str) ->
         schema.index_status.update()
         .where(_status_row_for(collection_id, slug), _status.capture_state == "installing")
         .values(capture_state="active", cursor=None, updated_at=db_now())
+    )
+
+
+def _prepare_for_activation(conn: sa.Connection, collection_id: str, slug: str) -> None:
+    """Upsert the status row to ``installing``; coverage so far is not trusted (reconcile)."""
+    insert = insert_factory(conn.engine)(schema.index_status)
+    statement = insert.values(
+        adapter_id=schema.ADAPTER_ID,
+        scope_type=schema.SCOPE_TYPE,
+        scope_key=slug,
+        status="never",
+        collection_id=collection_id,
+        change_epoch=0,
+        reconciliation_required=1,
+        capture_state="installing",
+        updated_at=db_now(),
+    )
+    was_trusted = _status.status.in_(("complete", "running"))
+    statement = statement.on_conflict_do_update(
+        index_elements=[_status.adapter_id, _status.scope_type, _status.scope_key],
+        set_={
+            "status": sa.case((was_trusted, "stale"), else_=_status.status),
+            "completed_at": sa.case((was_trusted, sa.null()), else_=_status.completed_at),
+            "cursor": None,
+            "collection_id": collection_id,
+            "reconciliation_required": 1,
+            "capture_state": "installing",
+            "updated_at": db_now(),
+        },
+        where=sa.and_(
+            sa.or_(_status.collection_id.is_(None), _status.collection_id == collection_id),
+            sa.or_(_status.capture_state.is_(None), _status.capture_state != "deleting"),
+        ),
+    )
+    if conn.execute(statement.returning(_status.scope_key)).first() is None:
+        raise ActivationError(
+            f"Collection {slug!r} has a status row for another collection id or is being "
+            "deleted; activation aborted."
+        )
+
+
+def activate(engine: sa.Engine) -> list[str]:
+    """Turn incremental capture on for every collection, in one transaction.
+
+    Installs (or replaces) the capture triggers of each ``ec_<slug>`` table, marks each
+    collection's capture ``active`` with ``reconciliation_required = 1`` so content written
+    before now is picked up by reconciliation, and flips the global switch. On an already
+    active database it re-verifies every collection: collections whose capture is active only
+    get their triggers replaced; anything else is brought to active the same way.
+    Returns the slugs it covered.
+    """
+    registry = schema.collections.c
+    with engine.begin() as conn:
+        rows = conn.execute(sa.select(registry.id, registry.slug).order_by(registry.slug)).all()
+        for collection_id, slug in rows:
+            if not sa.inspect(conn).has_table(content_table_name(slug)):
+                raise ActivationError(f"Collection {slug!r} has no ec_{slug} table.")
+            if not _capture_is_active(conn, collection_id, slug):
+                _prepare_for_activation(conn, collection_id, slug)
+            triggers.install(conn, collection_id, slug)
+            conn.execute(
+                schema.index_status.update()
+                .where(_status_row_for(collection_id, slug))
+                .values(capture_state="active", updated_at=db_now())
+                .where(_status.capture_state != "active")
+            )
+        conn.execute(
+            schema.activation.update()
+            .where(_activation.task_key == schema.CAPTURE_TASK_KEY, _activation.state != "active")
+            .values(
+                state="active",
+                activated_at=db_now(),
+                drain_confirmed_at=db_now(),
+                collection_cursor=None,
+                lease_token=None,
+                lease_expires_at=None,
+                last_error_code=None,
+                updated_at=db_now(),
+            )
+        )
+    return [slug for _, slug in rows]
+
+
+def _capture_is_active(conn: sa.Connection, collection_id: str, slug: str) -> bool:
+    return (
+        conn.execute(
+            sa.select(_status.capture_state).where(
+                _status_row_for(collection_id, slug), _status.capture_state == "active"
+            )
+        ).first()
+        is not None
     )

@@ -1,0 +1,62 @@
+"""Opaque keyset cursors for operator listings.
+
+A cursor carries a position (``updated_at``, ``content_id``) plus a checksum, so a truncated,
+edited or made-up cursor is rejected as ``InvalidCursor`` instead of silently paging from a
+wrong place. The checksum is not a secret: someone who forges a well-formed cursor only chooses
+a position in a listing they may read anyway, and every value is a bound parameter.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import json
+import re
+from dataclasses import dataclass
+
+from domain.errors import InvalidCursor
+
+MAX_CURSOR_LENGTH = 4096
+_CHECK_KEY = b"media-usage-worker/cursor/v1"
+_SORTABLE = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
+_LEGACY = re.compile(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d[0-9.+:Z]*")
+
+
+@dataclass(frozen=True)
+class Cursor:
+    order_value: str
+    id: str
+
+
+def _check(payload: bytes) -> str:
+    return hmac.new(_CHECK_KEY, payload, hashlib.sha256).hexdigest()[:16]
+
+
+def encode_cursor(order_value: str, id: str) -> str:
+    payload = base64.urlsafe_b64encode(
+        json.dumps([order_value, id], separators=(",", ":"), ensure_ascii=False).encode()
+    )
+    return f"{payload.decode('ascii').rstrip('=')}.{_check(payload.rstrip(b'='))}"
+
+
+def decode_cursor(token: object) -> Cursor | None:
+    """``None`` or ``""`` is the first page; anything else must be a cursor this module wrote."""
+    if token is None or token == "":
+        return None
+    if not isinstance(token, str) or len(token) > MAX_CURSOR_LENGTH or not token.isascii():
+        raise InvalidCursor()
+    payload, dot, check = token.partition(".")
+    if not dot or not hmac.compare_digest(check, _check(payload.encode("ascii"))):
+        raise InvalidCursor()
+    try:
+        raw = base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4))
+        order_value, id = json.loads(raw.decode("utf-8"))
+    except (binascii.Error, ValueError, TypeError, UnicodeDecodeError):
+        raise InvalidCursor() from None
+    if not (isinstance(order_value, str) and isinstance(id, str) and order_value and id):
+        raise InvalidCursor()
+    if not (_SORTABLE.fullmatch(order_value) or _LEGACY.fullmatch(order_value)):
+        raise InvalidCursor()
+    return Cursor(order_value, id)

@@ -1,0 +1,141 @@
+"""Argument checks of the work repository, ported from the seed; pure and raised before I/O.
+
+Everything reaching the repository may come from a Celery message, the CLI or a cursor, so
+types are checked as strictly as values: ``True`` is not a version and ``1.0`` is not a limit.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from domain.errors import InvalidArgument
+
+MAX_PORTABLE_DURATION_SECONDS = 365 * 24 * 60 * 60
+MAX_WORK_SELECTION_LIMIT = 100
+OPERATOR_DEFAULT_LIMIT = 50
+OPERATOR_MAX_LIMIT = 100
+RECONCILIATION_PAGE_LIMIT = 50
+# Identifiers are stored as text; a bound keeps forged messages from carrying megabytes.
+MAX_IDENTIFIER_LENGTH = 1024
+MAX_BIGINT = 2**63 - 1
+
+WORK_STATES = ("pending", "retry", "leased", "failed")
+RECONCILIATION_PHASES = ("scan", "sources")
+
+_POSITIVE_DECIMAL = re.compile(r"[1-9][0-9]*")
+_NON_NEGATIVE_DECIMAL = re.compile(r"0|[1-9][0-9]*")
+_ERROR_CODE = re.compile(r"[A-Z][A-Z0-9_]{0,63}")
+
+
+def _is_whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def identifier(value: object, message: str) -> str:
+    """A non-empty string id of bounded length."""
+    if not isinstance(value, str) or not value or len(value) > MAX_IDENTIFIER_LENGTH:
+        raise InvalidArgument(message)
+    return value
+
+
+def identity(collection_id: object, content_id: object) -> tuple[str, str]:
+    message = "Media usage work identity must include collection and content IDs."
+    return identifier(collection_id, message), identifier(content_id, message)
+
+
+def _decimal(value: object, pattern: re.Pattern[str], minimum: int) -> int | None:
+    if _is_whole(value):
+        number = int(value)  # type: ignore[arg-type]
+    elif isinstance(value, str) and len(value) <= 19 and pattern.fullmatch(value):
+        number = int(value)
+    else:
+        return None
+    return number if minimum <= number <= MAX_BIGINT else None
+
+
+def work_version(value: object) -> int:
+    """A positive whole number, given as an int or a decimal string (node-postgres bigints)."""
+    number = _decimal(value, _POSITIVE_DECIMAL, 1)
+    if number is None:
+        raise InvalidArgument("Media usage work identity must include a work version.")
+    return number
+
+
+def change_epoch(value: object) -> int:
+    number = _decimal(value, _NON_NEGATIVE_DECIMAL, 0)
+    if number is None:
+        raise InvalidArgument("Media usage work change epoch must be a non-negative whole number.")
+    return number
+
+
+def lease_token(value: object) -> str:
+    return identifier(value, "Media usage work lease token must not be empty.")
+
+
+def duration_seconds(value: object, label: str, *, allow_zero: bool) -> int:
+    low = 0 if allow_zero else 1
+    if not _is_whole(value) or not low <= int(value) <= MAX_PORTABLE_DURATION_SECONDS:  # type: ignore[arg-type]
+        kind = "a non-negative" if allow_zero else "a positive"
+        raise InvalidArgument(
+            f"Media usage work {label} must be {kind} whole number of seconds no greater than "
+            "one year."
+        )
+    return int(value)  # type: ignore[arg-type]
+
+
+def error_code(value: object) -> str:
+    if not isinstance(value, str) or not _ERROR_CODE.fullmatch(value):
+        raise InvalidArgument(
+            "Media usage work error code must use a stable SCREAMING_SNAKE_CASE value."
+        )
+    return value
+
+
+def due_limit(value: object) -> int:
+    if not _is_whole(value) or not 1 <= int(value) <= MAX_WORK_SELECTION_LIMIT:  # type: ignore[arg-type]
+        raise InvalidArgument(
+            "Media usage due-work limit must be a whole number from 1 to "
+            f"{MAX_WORK_SELECTION_LIMIT}."
+        )
+    return int(value)  # type: ignore[arg-type]
+
+
+def operator_limit(value: object) -> int:
+    if value is None:
+        return OPERATOR_DEFAULT_LIMIT
+    if not _is_whole(value) or not 1 <= int(value) <= OPERATOR_MAX_LIMIT:  # type: ignore[arg-type]
+        raise InvalidArgument(
+            f"Media usage operator limit must be a whole number from 1 to {OPERATOR_MAX_LIMIT}."
+        )
+    return int(value)  # type: ignore[arg-type]
+
+
+def work_state(value: object) -> str | None:
+    if value is None:
+        return None
+    if value not in WORK_STATES:
+        raise InvalidArgument(
+            "Media usage work listing requires a valid state (pending, retry, leased, failed)."
+        )
+    return value  # type: ignore[return-value]
+
+
+def reconciliation_phase(value: object) -> str:
+    if value not in RECONCILIATION_PHASES:
+        raise InvalidArgument("Reconciliation enqueue phase must be scan or sources.")
+    return value  # type: ignore[return-value]
+
+
+def reconciliation_content_ids(values: object) -> list[str]:
+    """Distinct ids in first-seen order, 1..50 of them, none empty."""
+    if isinstance(values, str | bytes) or not isinstance(values, Iterable):
+        raise InvalidArgument("Reconciliation enqueue content IDs must be a list of strings.")
+    distinct = list(dict.fromkeys(values))
+    if not 1 <= len(distinct) <= RECONCILIATION_PAGE_LIMIT:
+        raise InvalidArgument(
+            f"Reconciliation enqueue requires from 1 to {RECONCILIATION_PAGE_LIMIT} content IDs."
+        )
+    for content_id in distinct:
+        identifier(content_id, "Reconciliation enqueue content IDs must not be empty.")
+    return distinct

@@ -1,0 +1,93 @@
+"""Records of the durable work table, as the repository returns them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+WorkState = Literal["pending", "retry", "leased", "failed"]
+RetryOutcome = Literal["pending", "lease_active", "collection_not_found", "conflict"]
+
+
+@dataclass(frozen=True)
+class WorkRecord:
+    """One ``_emdash_media_usage_work`` row; versions and epochs are ints."""
+
+    collection_id: str
+    collection_slug: str
+    content_id: str
+    change_epoch: int
+    work_version: int
+    state: WorkState
+    attempt_count: int
+    next_attempt_at: str
+    lease_token: str | None
+    lease_expires_at: str | None
+    last_attempted_at: str | None
+    last_error_code: str | None
+    created_at: str
+    updated_at: str
+
+    @property
+    def due_at(self) -> str:
+        """When the row becomes (or became) eligible: lease expiry for leased rows."""
+        if self.state != "leased":
+            return self.next_attempt_at
+        if self.lease_expires_at is None:
+            raise ValueError("Due leased media usage work must have a lease expiry.")
+        return self.lease_expires_at
+
+
+@dataclass(frozen=True)
+class OperatorWorkItem:
+    """What an operator may see of a work row: no lease token, version or epoch."""
+
+    collection_id: str
+    collection_slug: str
+    content_id: str
+    state: WorkState
+    attempt_count: int
+    next_attempt_at: str
+    lease_expires_at: str | None
+    last_attempted_at: str | None
+    last_error_code: str | None
+    updated_at: str
+
+    @classmethod
+    def from_record(cls, record: WorkRecord) -> OperatorWorkItem:
+        return cls(
+            collection_id=record.collection_id,
+            collection_slug=record.collection_slug,
+            content_id=record.content_id,
+            state=record.state,
+            attempt_count=record.attempt_count,
+            next_attempt_at=record.next_attempt_at,
+            lease_expires_at=record.lease_expires_at,
+            last_attempted_at=record.last_attempted_at,
+            last_error_code=record.last_error_code,
+            updated_at=record.updated_at,
+        )
+
+
+@dataclass(frozen=True)
+class Page:
+    items: list[OperatorWorkItem]
+    next_cursor: str | None = None
+
+
+@dataclass(frozen=True)
+class OperatorRetryResult:
+    outcome: RetryOutcome
+    changed: bool = False
+    work: OperatorWorkItem | None = None
+    lease_expires_at: str | None = None
+
+
+def due_order(record: WorkRecord) -> tuple[str, str, str, str]:
+    """The seed's eligibility order: due time, then updated_at, collection id, content id."""
+    return (record.due_at, record.updated_at, record.collection_id, record.content_id)
+
+
+def operator_order(item: OperatorWorkItem) -> tuple[str, str]:
+    """Sort key for the operator listing, which is newest first (use ``reverse=True``)."""
+    return (item.updated_at, item.content_id)

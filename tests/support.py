@@ -1,0 +1,101 @@
+"""Helpers shared by the database tests: set up rows directly, read them back raw."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import sqlalchemy as sa
+
+from domain.content_model import FieldDefinition
+from repository.activation import activate
+from repository.clock import db_now
+from repository.collections import Collection, CollectionRegistry
+from repository.schema import index_status, work
+
+PAST = "2000-01-01T00:00:00.000Z"
+FUTURE = "2999-01-01T00:00:00.000Z"
+SORTABLE = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"
+
+
+def active_collection(
+    engine: sa.Engine, slug: str = "posts", fields: Sequence[FieldDefinition] = ()
+) -> Collection:
+    """A collection with capture active (activating the database if it is not yet)."""
+    collection = CollectionRegistry(engine).create_collection(slug, slug.title(), list(fields))
+    activate(engine)
+    return collection
+
+
+def insert_work(
+    engine: sa.Engine, collection: Collection, content_id: str, **values: Any
+) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "collection_id": collection.id,
+        "collection_slug": collection.slug,
+        "content_id": content_id,
+        "change_epoch": 1,
+        "work_version": 1,
+        "state": "pending",
+        "attempt_count": 0,
+        "next_attempt_at": db_now(),
+        "created_at": db_now(),
+        "updated_at": db_now(),
+    }
+    row.update(values)
+    with engine.begin() as conn:
+        conn.execute(work.insert().values(**row))
+    return get_work(engine, collection.id, content_id)
+
+
+def get_work(engine: sa.Engine, collection_id: str, content_id: str) -> dict[str, Any] | None:
+    with engine.connect() as conn:
+        row = conn.execute(
+            sa.select(work).where(
+                work.c.collection_id == collection_id, work.c.content_id == content_id
+            )
+        ).first()
+    return None if row is None else dict(row._mapping)
+
+
+def set_work(engine: sa.Engine, collection_id: str, content_id: str, **values: Any) -> None:
+    with engine.begin() as conn:
+        conn.execute(
+            work.update()
+            .where(work.c.collection_id == collection_id, work.c.content_id == content_id)
+            .values(**values)
+        )
+
+
+def bump_version(engine: sa.Engine, collection_id: str, content_id: str) -> None:
+    """What a capture trigger does to the row when the entry is written again."""
+    with engine.begin() as conn:
+        conn.execute(
+            work.update()
+            .where(work.c.collection_id == collection_id, work.c.content_id == content_id)
+            .values(
+                work_version=work.c.work_version + 1,
+                change_epoch=work.c.change_epoch + 1,
+                state="pending",
+                attempt_count=0,
+                next_attempt_at=db_now(),
+                lease_token=None,
+                lease_expires_at=None,
+                last_attempted_at=None,
+                last_error_code=None,
+                updated_at=db_now(),
+            )
+        )
+
+
+def status_row(engine: sa.Engine, collection_id: str) -> dict[str, Any]:
+    with engine.connect() as conn:
+        row = conn.execute(
+            sa.select(index_status).where(index_status.c.collection_id == collection_id)
+        ).one()
+    return dict(row._mapping)
+
+
+def db_time(engine: sa.Engine) -> str:
+    with engine.connect() as conn:
+        return conn.execute(sa.select(db_now())).scalar_one()
