@@ -99,6 +99,23 @@ def db_downgrade(database_url: str, revision: str) -> None:
     engine.dispose()
 
 
+@main.command("activate")
+@database_url_option
+@handle_errors
+def activate_command(database_url: str) -> None:
+    """Install capture triggers on every collection and turn incremental capture on.
+
+    Content written before activation is picked up by reconciliation. Running it again
+    re-verifies every collection's triggers and changes nothing else.
+    """
+    from repository.activation import activate
+
+    engine = open_engine(database_url)
+    slugs = activate(engine)
+    engine.dispose()
+    click.echo(f"capture active on {len(slugs)} collection(s): {', '.join(slugs) or '-'}")
+
+
 @main.group()
 def collections() -> None:
     """Content collections."""

@@ -79,3 +79,17 @@ def test_collections_create_rejects_bad_input_before_touching_the_database(
     engine = sa.create_engine(migrated_url.replace("postgresql://", "postgresql+psycopg://"))
     assert not sa.inspect(engine).has_table("ec_posts")
     engine.dispose()
+
+
+def test_activate_command(migrated_url: str) -> None:
+    runner = CliRunner()
+    runner.invoke(main, ["collections", "create", "posts", "--database-url", migrated_url])
+    for _ in range(2):
+        result = runner.invoke(main, ["activate", "--database-url", migrated_url])
+        assert result.exit_code == 0, result.output
+        assert "capture active on 1 collection(s): posts" in result.output
+    engine = sa.create_engine(migrated_url.replace("postgresql://", "postgresql+psycopg://"))
+    with engine.connect() as conn:
+        state = conn.execute(sa.text("SELECT state FROM _emdash_media_usage_activation")).scalar()
+    engine.dispose()
+    assert state == "active"

@@ -1,0 +1,229 @@
+"""Operator listing and operator retry, with the seed's race handling, on both dialects."""
+
+from __future__ import annotations
+
+import pytest
+import sqlalchemy as sa
+
+from domain.cursor import encode_cursor
+from repository.collections import Collection
+from repository.work import MediaUsageWorkRepository
+from tests.support import FUTURE, PAST, active_collection, get_work, insert_work, status_row
+
+
+@pytest.fixture
+def repo(db: sa.Engine) -> MediaUsageWorkRepository:
+    return MediaUsageWorkRepository(db)
+
+
+@pytest.fixture
+def posts(db: sa.Engine) -> Collection:
+    return active_collection(db)
+
+
+def stamp(second: int) -> str:
+    return f"2020-01-01T00:00:{second:02d}.000Z"
+
+
+# --- listing -------------------------------------------------------------------------------------
+
+
+def test_listing_merges_states_newest_first_and_pages_by_keyset(repo, posts, db) -> None:
+    states = ["pending", "retry", "leased", "failed"]
+    for i in range(23):
+        extra = (
+            {"lease_token": "T", "lease_expires_at": FUTURE} if states[i % 4] == "leased" else {}
+        )
+        insert_work(db, posts, f"e{i:02d}", state=states[i % 4], updated_at=stamp(i // 2), **extra)
+    expected = sorted(
+        ((stamp(i // 2), f"e{i:02d}") for i in range(23)), reverse=True
+    )  # updated_at desc, content_id desc
+
+    seen, cursor, pages = [], None, 0
+    while True:
+        page = repo.find_operator_page(collection_slug="posts", limit=5, cursor=cursor)
+        seen += [(item.updated_at, item.content_id) for item in page.items]
+        pages += 1
+        if page.next_cursor is None:
+            break
+        cursor = page.next_cursor
+    assert seen == expected
+    assert pages == 5
+
+
+def test_listing_filters_by_state_and_redacts(repo, posts, db) -> None:
+    insert_work(db, posts, "a", state="failed", last_error_code="E_X")
+    insert_work(db, posts, "b")
+    page = repo.find_operator_page(collection_slug="posts", state="failed")
+    assert [item.content_id for item in page.items] == ["a"]
+    item = page.items[0]
+    assert item.last_error_code == "E_X" and page.next_cursor is None
+    for hidden in ("lease_token", "work_version", "change_epoch"):
+        assert not hasattr(item, hidden)
+
+
+def test_listing_shows_only_rows_of_the_current_identity(repo, posts, db) -> None:
+    insert_work(db, posts, "current")
+    insert_work(db, posts, "renamed", collection_slug="old_slug")
+    page = repo.find_operator_page(collection_slug="posts")
+    assert [item.content_id for item in page.items] == ["current"]
+
+
+def test_listing_an_unknown_collection_is_none(repo, posts) -> None:
+    assert repo.find_operator_page(collection_slug="nope") is None
+
+
+def test_exact_page_has_no_cursor(repo, posts, db) -> None:
+    for i in range(3):
+        insert_work(db, posts, f"e{i}")
+    page = repo.find_operator_page(collection_slug="posts", limit=3)
+    assert len(page.items) == 3 and page.next_cursor is None
+    assert repo.find_operator_page(collection_slug="posts", cursor="").items == page.items
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"collection_slug": ""},
+        {"state": "done"},
+        {"limit": 0},
+        {"limit": 101},
+        {"limit": 1.5},
+        {"limit": True},
+        {"cursor": "x" * 4097},
+        {"cursor": "garbage"},
+        {"cursor": 5},
+    ],
+)
+def test_listing_validation(repo, posts, kw) -> None:
+    with pytest.raises(ValueError):
+        repo.find_operator_page(**{"collection_slug": "posts", **kw})
+
+
+def test_tampered_or_truncated_cursor_is_a_value_error(repo, posts, db) -> None:
+    for i in range(4):
+        insert_work(db, posts, f"e{i}", updated_at=stamp(i))
+    cursor = repo.find_operator_page(collection_slug="posts", limit=2).next_cursor
+    assert cursor
+    flipped = cursor[:3] + ("A" if cursor[3] != "A" else "B") + cursor[4:]
+    forged_shape = encode_cursor("not-a-time", "e1")
+    for bad in (cursor[:-1], cursor[:10], flipped, cursor + "x", cursor.replace(".", ""),
+                forged_shape, "e30=.0000000000000000"):  # fmt: skip
+        with pytest.raises(ValueError):
+            repo.find_operator_page(collection_slug="posts", limit=2, cursor=bad)
+
+
+# --- operator retry -------------------------------------------------------------------------------
+
+
+def retry(repo, posts, content_id="e1"):
+    return repo.retry_operator_work(collection_id=posts.id, content_id=content_id)
+
+
+def test_retry_of_pending_work_changes_nothing(repo, posts, db) -> None:
+    before = insert_work(db, posts, "e1")
+    epoch = status_row(db, posts.id)["change_epoch"]
+    result = retry(repo, posts)
+    assert (result.outcome, result.changed) == ("pending", False)
+    assert result.work.content_id == "e1" and result.lease_expires_at is None
+    assert get_work(db, posts.id, "e1") == before
+    assert status_row(db, posts.id)["change_epoch"] == epoch
+
+
+@pytest.mark.parametrize(
+    "row",
+    [
+        {"state": "failed", "attempt_count": 5, "last_error_code": "E_X"},
+        {"state": "retry", "attempt_count": 2, "next_attempt_at": FUTURE},
+        {"state": "leased", "lease_token": "T", "lease_expires_at": PAST},  # abandoned lease
+    ],
+)
+def test_retry_reopens_work_and_invalidates_coverage(repo, posts, db, row) -> None:
+    with db.begin() as conn:
+        conn.execute(
+            sa.text("UPDATE _emdash_media_usage_index_status SET status = 'complete', "
+                    "completed_at = 'c', change_epoch = 7")
+        )  # fmt: skip
+    insert_work(db, posts, "e1", work_version=3, change_epoch=5, **row)
+    result = retry(repo, posts)
+    assert (result.outcome, result.changed) == ("pending", True)
+    after = get_work(db, posts.id, "e1")
+    assert (after["state"], after["work_version"], after["change_epoch"]) == ("pending", 4, 8)
+    assert (after["attempt_count"], after["last_error_code"], after["lease_token"]) == (
+        0,
+        None,
+        None,
+    )
+    status = status_row(db, posts.id)
+    assert (status["status"], status["completed_at"], status["change_epoch"]) == ("stale", None, 8)
+    assert repo.find_due_work(10)[0].content_id == "e1"
+
+
+def test_retry_creates_missing_work(repo, posts, db) -> None:
+    result = retry(repo, posts, "fresh")
+    assert (result.outcome, result.changed) == ("pending", True)
+    row = get_work(db, posts.id, "fresh")
+    assert (row["work_version"], row["change_epoch"], row["collection_slug"]) == (1, 1, "posts")
+
+
+def test_retry_respects_a_live_lease(repo, posts, db) -> None:
+    before = insert_work(db, posts, "e1", state="leased", lease_token="T", lease_expires_at=FUTURE)
+    result = retry(repo, posts)
+    assert result.outcome == "lease_active" and result.lease_expires_at == FUTURE
+    assert (result.changed, result.work) == (False, None)
+    assert get_work(db, posts.id, "e1") == before
+
+
+def test_retry_for_a_collection_without_active_capture(repo, db) -> None:
+    from repository.collections import CollectionRegistry
+
+    pending = CollectionRegistry(db).create_collection("drafts", "Drafts")
+    result = repo.retry_operator_work(collection_id=pending.id, content_id="e1")
+    assert result.outcome == "collection_not_found"
+    assert repo.retry_operator_work(collection_id="unknown", content_id="e1").outcome == (
+        "collection_not_found"
+    )
+
+
+def test_retry_that_loses_a_race_reports_conflict(repo, posts, db, monkeypatch) -> None:
+    """The row changed between observation and the guarded writes: nothing is written."""
+    insert_work(db, posts, "e1", state="failed", work_version=2)
+    stale = get_work(db, posts.id, "e1")
+    epoch = status_row(db, posts.id)["change_epoch"]
+    with db.begin() as conn:  # a capture + failure happened meanwhile: version 3, failed again
+        conn.execute(sa.text("UPDATE _emdash_media_usage_work SET work_version = 3"))
+    real = repo._find_by_identity
+    calls = iter([lambda *a: _row_like(stale)])
+    monkeypatch.setattr(repo, "_find_by_identity", lambda *a: next(calls, real)(*a))
+    result = retry(repo, posts)
+    assert result.outcome == "conflict"
+    assert get_work(db, posts.id, "e1")["work_version"] == 3
+    assert status_row(db, posts.id)["change_epoch"] == epoch
+
+
+def test_retry_that_loses_to_a_new_claim_reports_the_lease(repo, posts, db, monkeypatch) -> None:
+    insert_work(db, posts, "e1", state="failed")
+    stale = get_work(db, posts.id, "e1")
+    with db.begin() as conn:
+        conn.execute(
+            sa.text("UPDATE _emdash_media_usage_work SET state = 'leased', lease_token = 'T', "
+                    "lease_expires_at = :f"), {"f": FUTURE}
+        )  # fmt: skip
+    real = repo._find_by_identity
+    calls = iter([lambda *a: _row_like(stale)])
+    monkeypatch.setattr(repo, "_find_by_identity", lambda *a: next(calls, real)(*a))
+    result = retry(repo, posts)
+    assert (result.outcome, result.lease_expires_at) == ("lease_active", FUTURE)
+
+
+def _row_like(values: dict):
+    """A stand-in for the row as it was observed before the race."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(**values)
+
+
+@pytest.mark.parametrize("kw", [{"collection_id": ""}, {"content_id": ""}, {"content_id": None}])
+def test_retry_validation(repo, posts, kw) -> None:
+    with pytest.raises(ValueError):
+        repo.retry_operator_work(**{"collection_id": posts.id, "content_id": "e1", **kw})

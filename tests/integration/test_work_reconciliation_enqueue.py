@@ -1,0 +1,131 @@
+"""enqueue_reconciliation_page: every guard of the seed, both dialects."""
+
+from __future__ import annotations
+
+import pytest
+import sqlalchemy as sa
+
+from repository.collections import Collection
+from repository.work import MediaUsageWorkRepository
+from tests.support import FUTURE, PAST, active_collection, get_work, insert_work
+
+RUN, LEASE, EPOCH = "RUN01", "LEASE01", 9
+
+
+@pytest.fixture
+def repo(db: sa.Engine) -> MediaUsageWorkRepository:
+    return MediaUsageWorkRepository(db)
+
+
+@pytest.fixture
+def posts(db: sa.Engine) -> Collection:
+    collection = active_collection(db)
+    with db.begin() as conn:
+        conn.execute(
+            sa.text("UPDATE _emdash_media_usage_index_status SET status = 'running', cursor = :r, "
+                    "change_epoch = :e, reconciliation_required = 1"),
+            {"r": RUN, "e": EPOCH},
+        )  # fmt: skip
+        conn.execute(
+            sa.text("INSERT INTO _emdash_media_usage_reconciliations (collection_id, "
+                    "collection_slug, run_token, target_epoch, state, phase, lease_token, "
+                    "lease_expires_at, next_attempt_at) VALUES (:id, 'posts', :r, :e, 'leased', "
+                    "'scan', :l, :f, :p)"),
+            {"id": collection.id, "r": RUN, "e": EPOCH, "l": LEASE, "f": FUTURE, "p": PAST},
+        )  # fmt: skip
+    return collection
+
+
+def enqueue(repo, posts, ids, **kw):
+    args = {
+        "collection_id": posts.id, "collection_slug": "posts", "run_token": RUN,
+        "lease_token": LEASE, "change_epoch": EPOCH, "phase": "scan", "content_ids": ids,
+    }  # fmt: skip
+    repo.enqueue_reconciliation_page(**(args | kw))
+
+
+def test_enqueue_inserts_pending_rows_at_the_run_epoch(repo, posts, db) -> None:
+    enqueue(repo, posts, ["b", "a", "b"])
+    for content_id in ("a", "b"):
+        row = get_work(db, posts.id, content_id)
+        assert (row["state"], row["work_version"], row["change_epoch"]) == ("pending", 1, EPOCH)
+        assert row["next_attempt_at"] == row["created_at"] == row["updated_at"]
+    assert {r.content_id for r in repo.find_due_work(10)} == {"a", "b"}
+
+
+def test_enqueue_resets_only_older_epoch_rows(repo, posts, db) -> None:
+    insert_work(db, posts, "old", change_epoch=EPOCH - 1, work_version=4, state="failed",
+                attempt_count=5, last_error_code="E")  # fmt: skip
+    same = insert_work(db, posts, "same", change_epoch=EPOCH, work_version=2, state="failed")
+    newer = insert_work(db, posts, "newer", change_epoch=EPOCH + 1, state="leased",
+                        lease_token="T", lease_expires_at=FUTURE)  # fmt: skip
+    enqueue(repo, posts, ["old", "same", "newer"])
+    old = get_work(db, posts.id, "old")
+    assert (old["state"], old["work_version"], old["change_epoch"], old["attempt_count"]) == (
+        "pending", 5, EPOCH, 0,
+    )  # fmt: skip
+    assert old["last_error_code"] is None
+    assert get_work(db, posts.id, "same") == same
+    assert get_work(db, posts.id, "newer") == newer
+
+
+BROKEN_GUARDS = {
+    "run token": ("UPDATE _emdash_media_usage_reconciliations SET run_token = 'OTHER'", {}),
+    "target epoch": ("UPDATE _emdash_media_usage_reconciliations SET target_epoch = 3", {}),
+    "not leased": ("UPDATE _emdash_media_usage_reconciliations SET state = 'pending'", {}),
+    "phase": ("UPDATE _emdash_media_usage_reconciliations SET phase = 'sources'", {}),
+    "lease token": ("UPDATE _emdash_media_usage_reconciliations SET lease_token = 'X'", {}),
+    "lease expired": ("UPDATE _emdash_media_usage_reconciliations SET lease_expires_at = :p",
+                      {"p": PAST}),
+    "capture": ("UPDATE _emdash_media_usage_index_status SET capture_state = 'deleting'", {}),
+    "not required": ("UPDATE _emdash_media_usage_index_status SET reconciliation_required = 0",
+                     {}),
+    "not running": ("UPDATE _emdash_media_usage_index_status SET status = 'stale'", {}),
+    "status cursor": ("UPDATE _emdash_media_usage_index_status SET cursor = 'OTHER'", {}),
+    "status epoch": ("UPDATE _emdash_media_usage_index_status SET change_epoch = 10", {}),
+    "activation": ("UPDATE _emdash_media_usage_activation SET state = 'activating'", {}),
+    "tombstone": ("INSERT INTO _emdash_media_usage_collection_deletions (collection_id, "
+                  "collection_slug, force_delete, next_attempt_at) "
+                  "SELECT id, 'gone', 0, 'x' FROM _emdash_collections", {}),
+    "renamed": ("UPDATE _emdash_collections SET slug = 'articles'", {}),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("guard", sorted(BROKEN_GUARDS))
+def test_enqueue_writes_nothing_unless_the_run_owns_the_collection(repo, posts, db, guard) -> None:
+    statement, params = BROKEN_GUARDS[guard]
+    with db.begin() as conn:
+        conn.execute(sa.text(statement), params)
+    enqueue(repo, posts, ["a", "b"])
+    assert get_work(db, posts.id, "a") is None and get_work(db, posts.id, "b") is None
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"content_ids": []},
+        {"content_ids": [f"e{i}" for i in range(51)]},
+        {"content_ids": ["a", ""]},
+        {"content_ids": "abc"},
+        {"content_ids": [1]},
+        {"change_epoch": -1},
+        {"change_epoch": "x"},
+        {"change_epoch": True},
+        {"phase": "finalize"},
+        {"run_token": ""},
+        {"lease_token": ""},
+        {"collection_slug": ""},
+        {"collection_id": ""},
+    ],
+)
+def test_enqueue_validation(repo, posts, db, kw) -> None:
+    with pytest.raises(ValueError):
+        enqueue(repo, posts, ["a"], **kw)
+    assert get_work(db, posts.id, "a") is None
+
+
+def test_fifty_distinct_ids_with_duplicates_are_accepted(repo, posts, db) -> None:
+    ids = [f"e{i:02d}" for i in range(50)]
+    enqueue(repo, posts, ids + ids[:10], change_epoch=str(EPOCH))
+    with db.connect() as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM _emdash_media_usage_work")).scalar() == 50
