@@ -20,8 +20,10 @@ from domain.errors import InvalidCursor
 
 MAX_CURSOR_LENGTH = 4096
 _CHECK_KEY = b"media-usage-worker/cursor/v1"
-_SORTABLE = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
-_LEGACY = re.compile(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d[0-9.+:Z]*")
+# Operator listings page by updated_at (sortable, or emdash's legacy text for old rows).
+TIMESTAMP_ORDER = re.compile(r"\d{4}-\d\d-\d\d(T\d\d:\d\d:\d\d\.\d{3}Z| \d\d:\d\d:\d\d[0-9.+:]*)")
+# Usage listings page by collection slug.
+SLUG_ORDER = re.compile(r"[a-z][a-z0-9_]{0,62}")
 
 
 @dataclass(frozen=True)
@@ -41,8 +43,9 @@ def encode_cursor(order_value: str, id: str) -> str:
     return f"{payload.decode('ascii').rstrip('=')}.{_check(payload.rstrip(b'='))}"
 
 
-def decode_cursor(token: object) -> Cursor | None:
-    """``None`` or ``""`` is the first page; anything else must be a cursor this module wrote."""
+def decode_cursor(token: object, order: re.Pattern[str] = TIMESTAMP_ORDER) -> Cursor | None:
+    """``None`` or ``""`` is the first page; anything else must be a cursor this module wrote
+    whose order value has the listing's shape."""
     if token is None or token == "":
         return None
     if not isinstance(token, str) or len(token) > MAX_CURSOR_LENGTH or not token.isascii():
@@ -57,6 +60,6 @@ def decode_cursor(token: object) -> Cursor | None:
         raise InvalidCursor() from None
     if not (isinstance(order_value, str) and isinstance(id, str) and order_value and id):
         raise InvalidCursor()
-    if not (_SORTABLE.fullmatch(order_value) or _LEGACY.fullmatch(order_value)):
+    if not order.fullmatch(order_value):
         raise InvalidCursor()
     return Cursor(order_value, id)

@@ -99,3 +99,27 @@ def status_row(engine: sa.Engine, collection_id: str) -> dict[str, Any]:
 def db_time(engine: sa.Engine) -> str:
     with engine.connect() as conn:
         return conn.execute(sa.select(db_now())).scalar_one()
+
+
+def drain(engine: sa.Engine, limits=None, max_rounds: int = 100) -> list:
+    """Process due work until none is due (the tick and worker, without Celery)."""
+    from repository.processor import process_work_item
+    from repository.work import MediaUsageWorkRepository
+
+    repo = MediaUsageWorkRepository(engine)
+    results = []
+    for _ in range(max_rounds):
+        due = repo.find_due_work(100)
+        if not due:
+            return results
+        for item in due:
+            results.append(
+                process_work_item(
+                    engine,
+                    collection_id=item.collection_id,
+                    content_id=item.content_id,
+                    work_version=item.work_version,
+                    limits=limits,
+                )
+            )
+    raise AssertionError("work did not drain")

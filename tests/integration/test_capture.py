@@ -64,8 +64,11 @@ def test_activation_again_is_harmless_and_replaces_foreign_triggers(db: sa.Engin
     write(db, "INSERT INTO ec_posts (id) VALUES ('e1')")
     foreign = "emdash_mu_00000000000000000000000000000000_ai"
     if db.dialect.name == "postgresql":
-        write(db, f"CREATE TRIGGER {foreign} AFTER INSERT ON ec_posts FOR EACH ROW "
-                  "EXECUTE FUNCTION emdash_media_usage_capture_work('x', 'posts')")  # fmt: skip
+        write(
+            db,
+            f"CREATE TRIGGER {foreign} AFTER INSERT ON ec_posts FOR EACH ROW "
+            "EXECUTE FUNCTION emdash_media_usage_capture_work('x', 'posts')",
+        )
     else:
         write(db, f"CREATE TRIGGER {foreign} AFTER INSERT ON ec_posts BEGIN SELECT 1; END")
     status_before = status_row(db, posts.id)
@@ -86,8 +89,9 @@ def test_insert_update_delete_coalesce_and_fence_a_live_lease(db: sa.Engine) -> 
     posts = active_collection(db, "posts", FIELDS)
     repo = MediaUsageWorkRepository(db)
     write(db, "INSERT INTO ec_posts (id, title) VALUES ('e1', 'a')")
-    holder = repo.claim_work(collection_id=posts.id, content_id="e1", work_version=1,
-                             lease_duration_seconds=600)  # fmt: skip
+    holder = repo.claim_work(
+        collection_id=posts.id, content_id="e1", work_version=1, lease_duration_seconds=600
+    )
     assert holder is not None and holder.lease_expires_at > "2000"
     write(db, "UPDATE ec_posts SET title = 'b' WHERE id = 'e1'")
     write(db, "DELETE FROM ec_posts WHERE id = 'e1'")
@@ -97,8 +101,12 @@ def test_insert_update_delete_coalesce_and_fence_a_live_lease(db: sa.Engine) -> 
     assert row["lease_token"] is None and row["attempt_count"] == 0
     assert count(db, "_emdash_media_usage_work") == 1
     assert status_row(db, posts.id)["change_epoch"] == 3
-    lease = {"collection_id": posts.id, "content_id": "e1", "work_version": 1,
-             "lease_token": holder.lease_token}  # fmt: skip
+    lease = {
+        "collection_id": posts.id,
+        "content_id": "e1",
+        "work_version": 1,
+        "lease_token": holder.lease_token,
+    }
     assert repo.complete_work(**lease) is False
     assert repo.fail_work(**lease, error_code="E") is False
     assert get_work(db, posts.id, "e1") == row
@@ -115,8 +123,12 @@ def test_capture_turns_complete_into_stale(db: sa.Engine) -> None:
 def test_capture_resets_a_failed_row(db: sa.Engine) -> None:
     posts = active_collection(db, "posts", FIELDS)
     write(db, "INSERT INTO ec_posts (id) VALUES ('e1')")
-    write(db, "UPDATE _emdash_media_usage_work SET state = 'failed', attempt_count = 5, "
-              "last_error_code = 'E', lease_expires_at = :f", f=FUTURE)  # fmt: skip
+    write(
+        db,
+        "UPDATE _emdash_media_usage_work SET state = 'failed', attempt_count = 5, "
+        "last_error_code = 'E', lease_expires_at = :f",
+        f=FUTURE,
+    )
     write(db, "UPDATE ec_posts SET title = 'again' WHERE id = 'e1'")
     row = get_work(db, posts.id, "e1")
     assert (row["state"], row["attempt_count"], row["last_error_code"]) == ("pending", 0, None)
@@ -139,9 +151,11 @@ def test_writes_fail_closed_when_capture_is_not_active(db: sa.Engine, why: str) 
     write(db, "INSERT INTO ec_posts (id) VALUES ('e1')")
     write(db, BREAKS[why])
     work_before = get_work(db, posts.id, "e1")
-    for statement in ("INSERT INTO ec_posts (id) VALUES ('e2')",
-                      "UPDATE ec_posts SET title = 'x' WHERE id = 'e1'",
-                      "DELETE FROM ec_posts WHERE id = 'e1'"):  # fmt: skip
+    for statement in (
+        "INSERT INTO ec_posts (id) VALUES ('e2')",
+        "UPDATE ec_posts SET title = 'x' WHERE id = 'e1'",
+        "DELETE FROM ec_posts WHERE id = 'e1'",
+    ):
         with pytest.raises(sa.exc.DBAPIError, match=INACTIVE):
             write(db, statement)
     with db.connect() as conn:
@@ -154,8 +168,10 @@ def test_a_failing_multi_row_insert_leaves_nothing(db: sa.Engine) -> None:
     posts = active_collection(db, "posts", FIELDS)
     epoch = status_row(db, posts.id)["change_epoch"]
     with pytest.raises(sa.exc.IntegrityError):
-        write(db, "INSERT INTO ec_posts (id, slug) VALUES ('a', 'same'), ('b', 'other'), "
-                  "('c', 'same')")  # fmt: skip
+        write(
+            db,
+            "INSERT INTO ec_posts (id, slug) VALUES ('a', 'same'), ('b', 'other'), ('c', 'same')",
+        )
     assert count(db, "ec_posts") == 0
     assert count(db, "_emdash_media_usage_work") == 0
     assert status_row(db, posts.id)["change_epoch"] == epoch
@@ -166,8 +182,10 @@ def test_new_collection_while_active_is_captured_from_its_first_write(db: sa.Eng
     pages = CollectionRegistry(db).create_collection("pages", "Pages", FIELDS)
     status = status_row(db, pages.id)
     assert (status["capture_state"], status["status"], status["reconciliation_required"]) == (
-        "active", "never", 1,
-    )  # fmt: skip
+        "active",
+        "never",
+        1,
+    )
     write(db, "INSERT INTO ec_pages (id) VALUES ('p1')")
     assert get_work(db, pages.id, "p1")["change_epoch"] == 1
 

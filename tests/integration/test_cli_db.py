@@ -42,15 +42,30 @@ def test_bad_url_is_usage_error_with_one_line() -> None:
 def test_collections_create_and_list(migrated_url: str) -> None:
     runner = CliRunner()
     fields_json = json.dumps(
-        [{"slug": "gallery", "type": "repeater",
-          "validation": {"subFields": [{"slug": "image", "type": "image"}]}}]
-    )  # fmt: skip
+        [
+            {
+                "slug": "gallery",
+                "type": "repeater",
+                "validation": {"subFields": [{"slug": "image", "type": "image"}]},
+            }
+        ]
+    )
     created = runner.invoke(
         main,
-        ["collections", "create", "posts", "--field", "hero:image", "--field",
-         "body:portableText:required", "--fields-json", fields_json,
-         "--database-url", migrated_url],
-    )  # fmt: skip
+        [
+            "collections",
+            "create",
+            "posts",
+            "--field",
+            "hero:image",
+            "--field",
+            "body:portableText:required",
+            "--fields-json",
+            fields_json,
+            "--database-url",
+            migrated_url,
+        ],
+    )
     assert created.exit_code == 0, created.output
     listed = runner.invoke(main, ["collections", "list", "--json", "--database-url", migrated_url])
     assert listed.exit_code == 0
@@ -69,8 +84,13 @@ def test_collections_create_rejects_bad_input_before_touching_the_database(
     migrated_url: str,
 ) -> None:
     runner = CliRunner()
-    for args in (["Posts"], ["posts", "--field", "hero"], ["posts", "--field", "id:string"],
-                 ["posts", "--fields-json", "{"], ["posts", "--field", "x:hologram"]):  # fmt: skip
+    for args in (
+        ["Posts"],
+        ["posts", "--field", "hero"],
+        ["posts", "--field", "id:string"],
+        ["posts", "--fields-json", "{"],
+        ["posts", "--field", "x:hologram"],
+    ):
         result = runner.invoke(
             main, ["collections", "create", *args, "--database-url", migrated_url]
         )

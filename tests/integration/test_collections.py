@@ -22,12 +22,22 @@ FIELDS = [
     FieldDefinition("featured", "Featured", "boolean"),
 ]
 STANDARD = [
-    ("id", "text"), ("slug", "text"), ("status", "text"), ("author_id", "text"),
-    ("primary_byline_id", "text"), ("created_at", "text"), ("updated_at", "text"),
-    ("published_at", "text"), ("scheduled_at", "text"), ("deleted_at", "text"),
-    ("version", "integer"), ("live_revision_id", "text"), ("draft_revision_id", "text"),
-    ("locale", "text"), ("translation_group", "text"),
-]  # fmt: skip
+    ("id", "text"),
+    ("slug", "text"),
+    ("status", "text"),
+    ("author_id", "text"),
+    ("primary_byline_id", "text"),
+    ("created_at", "text"),
+    ("updated_at", "text"),
+    ("published_at", "text"),
+    ("scheduled_at", "text"),
+    ("deleted_at", "text"),
+    ("version", "integer"),
+    ("live_revision_id", "text"),
+    ("draft_revision_id", "text"),
+    ("locale", "text"),
+    ("translation_group", "text"),
+]
 INDEX_SUFFIXES = {
     "slug": ["slug"],
     "scheduled": ["scheduled_at"],
@@ -75,10 +85,14 @@ def test_create_collection_builds_the_emdash_table(
         for c in inspector.get_columns("ec_posts")
     ]
     expected_fields = [
-        ("title", "text", True), ("hero", "text", True), ("attachment", "text", True),
-        ("gallery", "json", True), ("body", "json", False), ("rating", "real", True),
+        ("title", "text", True),
+        ("hero", "text", True),
+        ("attachment", "text", True),
+        ("gallery", "json", True),
+        ("body", "json", False),
+        ("rating", "real", True),
         ("featured", "integer", True),
-    ]  # fmt: skip
+    ]
     assert [c[:2] for c in columns[: len(STANDARD)]] == STANDARD
     assert columns[len(STANDARD) :] == expected_fields
     assert {c["name"]: c["nullable"] for c in inspector.get_columns("ec_posts")}["locale"] is False
@@ -101,22 +115,29 @@ def test_create_collection_builds_the_emdash_table(
 
     with db.connect() as conn:
         fields = conn.execute(
-            sa.text("SELECT slug, type, column_type, required, validation, sort_order "
-                    "FROM _emdash_fields WHERE collection_id = :id ORDER BY sort_order"),
+            sa.text(
+                "SELECT slug, type, column_type, required, validation, sort_order "
+                "FROM _emdash_fields WHERE collection_id = :id ORDER BY sort_order"
+            ),
             {"id": collection.id},
-        ).all()  # fmt: skip
+        ).all()
         status = conn.execute(
-            sa.text("SELECT status, collection_id, change_epoch, reconciliation_required, "
-                    "capture_state FROM _emdash_media_usage_index_status "
-                    "WHERE adapter_id = 'content-media' AND scope_type = 'collection' "
-                    "AND scope_key = 'posts'")
-        ).one()  # fmt: skip
+            sa.text(
+                "SELECT status, collection_id, change_epoch, reconciliation_required, "
+                "capture_state FROM _emdash_media_usage_index_status "
+                "WHERE adapter_id = 'content-media' AND scope_type = 'collection' "
+                "AND scope_key = 'posts'"
+            )
+        ).one()
     assert [(f.slug, f.type, f.column_type, f.required) for f in fields] == [
-        ("title", "string", "TEXT", 0), ("hero", "image", "TEXT", 0),
-        ("attachment", "file", "TEXT", 0), ("gallery", "repeater", "JSON", 0),
-        ("body", "portableText", "JSON", 1), ("rating", "number", "REAL", 0),
+        ("title", "string", "TEXT", 0),
+        ("hero", "image", "TEXT", 0),
+        ("attachment", "file", "TEXT", 0),
+        ("gallery", "repeater", "JSON", 0),
+        ("body", "portableText", "JSON", 1),
+        ("rating", "number", "REAL", 0),
         ("featured", "boolean", "INTEGER", 0),
-    ]  # fmt: skip
+    ]
     assert '"subFields"' in fields[3].validation
     assert tuple(status) == ("never", collection.id, 0, 1, None)
 
@@ -147,9 +168,11 @@ def test_create_field_adds_the_column_and_invalidates_coverage(
     with db.begin() as conn:
         conn.execute(sa.text("INSERT INTO ec_posts (id, title) VALUES ('e1', 'x')"))
         conn.execute(
-            sa.text("UPDATE _emdash_media_usage_index_status SET status = 'complete', "
-                    "reconciliation_required = 0, completed_at = 'c'")
-        )  # fmt: skip
+            sa.text(
+                "UPDATE _emdash_media_usage_index_status SET status = 'complete', "
+                "reconciliation_required = 0, completed_at = 'c'"
+            )
+        )
     registry.create_field("posts", FieldDefinition("cover", "Cover", "image", required=True))
     registry.create_field("posts", FieldDefinition("blocks", "Blocks", "portableText"))
 
@@ -158,9 +181,11 @@ def test_create_field_adds_the_column_and_invalidates_coverage(
     with db.connect() as conn:
         assert conn.execute(sa.text("SELECT cover FROM ec_posts")).scalar_one() == ""
         status = conn.execute(
-            sa.text("SELECT status, change_epoch, reconciliation_required, completed_at, "
-                    "last_error_code FROM _emdash_media_usage_index_status")
-        ).one()  # fmt: skip
+            sa.text(
+                "SELECT status, change_epoch, reconciliation_required, completed_at, "
+                "last_error_code FROM _emdash_media_usage_index_status"
+            )
+        ).one()
     assert tuple(status) == ("stale", 2, 1, None, "CONTENT_USAGE_STALE")
     assert [f.slug for f in registry.fields(collection.id)] == ["title", "cover", "blocks"]
 

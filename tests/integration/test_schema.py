@@ -56,7 +56,12 @@ EXPECTED: dict[str, dict] = {
         "indexes": {
             f"idx_media_{name}": ([name], False)
             for name in (
-                "content_hash", "status", "mime_type", "filename", "created_at", "storage_key"
+                "content_hash",
+                "status",
+                "mime_type",
+                "filename",
+                "created_at",
+                "storage_key",
             )
         },
     },
@@ -72,19 +77,29 @@ EXPECTED: dict[str, dict] = {
         "pk": ["source_key"],
         "indexes": {
             "idx__emdash_media_usage_sources_content": (
-                ["source_type", "collection_slug", "content_id"], False),
+                ["source_type", "collection_slug", "content_id"],
+                False,
+            ),
             "idx__emdash_media_usage_sources_variant": (["source_type", "source_variant"], False),
             "idx__emdash_media_usage_sources_locale": (["collection_slug", "locale"], False),
             "idx__emdash_media_usage_sources_deleted": (["content_deleted_at"], False),
             "idx__emdash_media_usage_sources_translation_group": (
-                ["collection_slug", "translation_group"], False),
+                ["collection_slug", "translation_group"],
+                False,
+            ),
             "idx__emdash_media_usage_sources_completeness": (
-                ["source_type", "collection_slug", "source_completeness"], False),
+                ["source_type", "collection_slug", "source_completeness"],
+                False,
+            ),
             "idx__emdash_media_usage_sources_fingerprint": (["source_fingerprint"], False),
             "idx__emdash_media_usage_sources_identity": (
-                ["source_type", "collection_id", "content_id", "source_variant"], False),
+                ["source_type", "collection_id", "content_id", "source_variant"],
+                False,
+            ),
             "idx__emdash_media_usage_sources_collection_cursor": (
-                ["source_type", "collection_id", "source_key"], False),
+                ["source_type", "collection_id", "source_key"],
+                False,
+            ),
         },
     },
     "_emdash_media_usage": {
@@ -95,13 +110,19 @@ EXPECTED: dict[str, dict] = {
         "pk": ["id"],
         "indexes": {
             "idx__emdash_media_usage_unique_occurrence": (
-                ["source_key", "generation", "field_path", "occurrence_index"], True),
+                ["source_key", "generation", "field_path", "occurrence_index"],
+                True,
+            ),
             "idx__emdash_media_usage_provider_asset": (["provider", "provider_asset_id"], False),
             "idx__emdash_media_usage_source_generation": (["source_key", "generation"], False),
             "idx__emdash_media_usage_media_source_generation": (
-                ["media_id", "source_key", "generation"], False),
+                ["media_id", "source_key", "generation"],
+                False,
+            ),
             "idx__emdash_media_usage_cleanup_scan": (
-                ["created_at", "id", "source_key", "generation"], False),
+                ["created_at", "id", "source_key", "generation"],
+                False,
+            ),
             "idx__emdash_media_usage_source_cursor": (["source_key", "id"], False),
         },
     },
@@ -117,10 +138,19 @@ EXPECTED: dict[str, dict] = {
         "indexes": {
             "idx__emdash_media_usage_index_status_status": (["adapter_id", "status"], False),
             "idx__emdash_media_usage_status_collection": (
-                ["adapter_id", "scope_type", "collection_id"], True),
+                ["adapter_id", "scope_type", "collection_id"],
+                True,
+            ),
             "idx__emdash_media_usage_status_reconciliation": (
-                ["adapter_id", "scope_type", "capture_state", "reconciliation_required",
-                 "collection_id"], False),
+                [
+                    "adapter_id",
+                    "scope_type",
+                    "capture_state",
+                    "reconciliation_required",
+                    "collection_id",
+                ],
+                False,
+            ),
         },
     },
     "_emdash_media_usage_activation": {
@@ -142,11 +172,17 @@ EXPECTED: dict[str, dict] = {
         "pk_name": "_emdash_media_usage_work_pk",
         "indexes": {
             "idx__emdash_media_usage_work_due": (
-                ["state", "next_attempt_at", "updated_at", "collection_id", "content_id"], False),
+                ["state", "next_attempt_at", "updated_at", "collection_id", "content_id"],
+                False,
+            ),
             "idx__emdash_media_usage_work_lease": (
-                ["state", "lease_expires_at", "collection_id", "content_id"], False),
+                ["state", "lease_expires_at", "collection_id", "content_id"],
+                False,
+            ),
             "idx__emdash_media_usage_work_operator": (
-                ["collection_id", "state", "updated_at", "content_id"], False),
+                ["collection_id", "state", "updated_at", "content_id"],
+                False,
+            ),
         },
     },
     "_emdash_media_usage_collection_deletions": {
@@ -161,11 +197,17 @@ EXPECTED: dict[str, dict] = {
         },
         "indexes": {
             "idx__emdash_media_usage_collection_deletions_due": (
-                ["state", "next_attempt_at", "updated_at", "collection_id"], False),
+                ["state", "next_attempt_at", "updated_at", "collection_id"],
+                False,
+            ),
             "idx__emdash_media_usage_collection_deletions_lease": (
-                ["state", "lease_expires_at", "updated_at", "collection_id"], False),
+                ["state", "lease_expires_at", "updated_at", "collection_id"],
+                False,
+            ),
             "idx__emdash_media_usage_collection_deletions_operator": (
-                ["state", "updated_at", "collection_id"], False),
+                ["state", "updated_at", "collection_id"],
+                False,
+            ),
         },
     },
     "_emdash_media_usage_reconciliations": {
@@ -178,11 +220,17 @@ EXPECTED: dict[str, dict] = {
         "pk": ["collection_id"],
         "indexes": {
             "idx__emdash_media_usage_reconciliations_due": (
-                ["state", "next_attempt_at", "updated_at", "collection_id"], False),
+                ["state", "next_attempt_at", "updated_at", "collection_id"],
+                False,
+            ),
             "idx__emdash_media_usage_reconciliations_lease": (
-                ["state", "lease_expires_at", "updated_at", "collection_id"], False),
+                ["state", "lease_expires_at", "updated_at", "collection_id"],
+                False,
+            ),
             "idx__emdash_media_usage_reconciliations_failed": (
-                ["state", "updated_at", "collection_id"], False),
+                ["state", "updated_at", "collection_id"],
+                False,
+            ),
         },
     },
     "_emdash_media_usage_generation_writes": {
@@ -190,12 +238,13 @@ EXPECTED: dict[str, dict] = {
             expires_at text NN; created_at text NN""",
         "pk": ["lease_token"],
         "unique": {
-            "_emdash_media_usage_generation_writes_source_generation": [
-                "source_key", "generation"]
+            "_emdash_media_usage_generation_writes_source_generation": ["source_key", "generation"]
         },
         "indexes": {
             "idx__emdash_media_usage_generation_writes_expiry": (
-                ["expires_at", "lease_token"], False),
+                ["expires_at", "lease_token"],
+                False,
+            ),
         },
     },
     "_emdash_media_usage_cleanup": {
@@ -215,7 +264,7 @@ EXPECTED: dict[str, dict] = {
         "pk": ["task_key"],
         "indexes": {},
     },
-}  # fmt: skip
+}
 
 
 def _expected_columns(spec: str, dialect: str) -> list[tuple[str, str, bool]]:
@@ -271,9 +320,11 @@ def test_table_matches_the_facts_sheet(inspector: sa.Inspector, dialect: str, ta
 def test_seeded_singleton_rows(db: sa.Engine) -> None:
     with db.connect() as conn:
         activation = conn.execute(
-            sa.text("SELECT task_key, state, runtime_generation, attempt_count, "
-                    "media_usage_maintenance_turn, created_at FROM _emdash_media_usage_activation")
-        ).all()  # fmt: skip
+            sa.text(
+                "SELECT task_key, state, runtime_generation, attempt_count, "
+                "media_usage_maintenance_turn, created_at FROM _emdash_media_usage_activation"
+            )
+        ).all()
         cleanup = conn.execute(
             sa.text("SELECT task_key, next_eligible_at FROM _emdash_media_usage_cleanup")
         ).all()
@@ -312,18 +363,30 @@ def test_downgrade_and_upgrade_round_trip(db: sa.Engine) -> None:
 @pytest.mark.parametrize(
     ("statement", "reason"),
     [
-        ("INSERT INTO _emdash_media_usage_work (collection_id, collection_slug, content_id, "
-         "change_epoch, next_attempt_at) VALUES ('c', 'posts', 'e1', 1, 'x')", "work row"),
-        ("INSERT INTO _emdash_media_usage_collection_deletions (collection_id, collection_slug, "
-         "force_delete, next_attempt_at) VALUES ('c', 'posts', 0, 'x')", "tombstone"),
-        ("INSERT INTO _emdash_media_usage_reconciliations (collection_id, collection_slug, "
-         "run_token, next_attempt_at) VALUES ('c', 'posts', 'r', 'x')", "reconciliation row"),
+        (
+            "INSERT INTO _emdash_media_usage_work (collection_id, collection_slug, content_id, "
+            "change_epoch, next_attempt_at) VALUES ('c', 'posts', 'e1', 1, 'x')",
+            "work row",
+        ),
+        (
+            "INSERT INTO _emdash_media_usage_collection_deletions (collection_id, collection_slug, "
+            "force_delete, next_attempt_at) VALUES ('c', 'posts', 0, 'x')",
+            "tombstone",
+        ),
+        (
+            "INSERT INTO _emdash_media_usage_reconciliations (collection_id, collection_slug, "
+            "run_token, next_attempt_at) VALUES ('c', 'posts', 'r', 'x')",
+            "reconciliation row",
+        ),
         ("UPDATE _emdash_media_usage_activation SET state = 'active'", "activated"),
-        ("INSERT INTO _emdash_media_usage_index_status (adapter_id, scope_type, scope_key, "
-         "status, updated_at, capture_state) VALUES ('content-media', 'collection', 'posts', "
-         "'never', 'x', 'active')", "capture is active"),
+        (
+            "INSERT INTO _emdash_media_usage_index_status (adapter_id, scope_type, scope_key, "
+            "status, updated_at, capture_state) VALUES ('content-media', 'collection', 'posts', "
+            "'never', 'x', 'active')",
+            "capture is active",
+        ),
     ],
-)  # fmt: skip
+)
 def test_downgrade_refuses_while_media_usage_state_exists(
     db: sa.Engine, statement: str, reason: str
 ) -> None:

@@ -299,8 +299,11 @@ def test_delete_work_through_epoch(repo, posts, db) -> None:
     assert repo.delete_work_through_epoch(posts.id, "2") == 2
     assert repo.delete_work_through_epoch(posts.id, 2) == 0
     assert [get_work(db, posts.id, f"e{e}") is None for e in (1, 2, 3, 4)] == [
-        True, True, False, False,
-    ]  # fmt: skip
+        True,
+        True,
+        False,
+        False,
+    ]
     assert get_work(db, other.id, "x") is not None
     for bad in (-1, "-1", "x", 1.5, None):
         with pytest.raises(ValueError):

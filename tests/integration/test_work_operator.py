@@ -107,8 +107,15 @@ def test_tampered_or_truncated_cursor_is_a_value_error(repo, posts, db) -> None:
     assert cursor
     flipped = cursor[:3] + ("A" if cursor[3] != "A" else "B") + cursor[4:]
     forged_shape = encode_cursor("not-a-time", "e1")
-    for bad in (cursor[:-1], cursor[:10], flipped, cursor + "x", cursor.replace(".", ""),
-                forged_shape, "e30=.0000000000000000"):  # fmt: skip
+    for bad in (
+        cursor[:-1],
+        cursor[:10],
+        flipped,
+        cursor + "x",
+        cursor.replace(".", ""),
+        forged_shape,
+        "e30=.0000000000000000",
+    ):
         with pytest.raises(ValueError):
             repo.find_operator_page(collection_slug="posts", limit=2, cursor=bad)
 
@@ -141,9 +148,11 @@ def test_retry_of_pending_work_changes_nothing(repo, posts, db) -> None:
 def test_retry_reopens_work_and_invalidates_coverage(repo, posts, db, row) -> None:
     with db.begin() as conn:
         conn.execute(
-            sa.text("UPDATE _emdash_media_usage_index_status SET status = 'complete', "
-                    "completed_at = 'c', change_epoch = 7")
-        )  # fmt: skip
+            sa.text(
+                "UPDATE _emdash_media_usage_index_status SET status = 'complete', "
+                "completed_at = 'c', change_epoch = 7"
+            )
+        )
     insert_work(db, posts, "e1", work_version=3, change_epoch=5, **row)
     result = retry(repo, posts)
     assert (result.outcome, result.changed) == ("pending", True)
@@ -206,9 +215,12 @@ def test_retry_that_loses_to_a_new_claim_reports_the_lease(repo, posts, db, monk
     stale = get_work(db, posts.id, "e1")
     with db.begin() as conn:
         conn.execute(
-            sa.text("UPDATE _emdash_media_usage_work SET state = 'leased', lease_token = 'T', "
-                    "lease_expires_at = :f"), {"f": FUTURE}
-        )  # fmt: skip
+            sa.text(
+                "UPDATE _emdash_media_usage_work SET state = 'leased', lease_token = 'T', "
+                "lease_expires_at = :f"
+            ),
+            {"f": FUTURE},
+        )
     real = repo._find_by_identity
     calls = iter([lambda *a: _row_like(stale)])
     monkeypatch.setattr(repo, "_find_by_identity", lambda *a: next(calls, real)(*a))

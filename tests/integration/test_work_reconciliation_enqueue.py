@@ -22,25 +22,34 @@ def posts(db: sa.Engine) -> Collection:
     collection = active_collection(db)
     with db.begin() as conn:
         conn.execute(
-            sa.text("UPDATE _emdash_media_usage_index_status SET status = 'running', cursor = :r, "
-                    "change_epoch = :e, reconciliation_required = 1"),
+            sa.text(
+                "UPDATE _emdash_media_usage_index_status SET status = 'running', cursor = :r, "
+                "change_epoch = :e, reconciliation_required = 1"
+            ),
             {"r": RUN, "e": EPOCH},
-        )  # fmt: skip
+        )
         conn.execute(
-            sa.text("INSERT INTO _emdash_media_usage_reconciliations (collection_id, "
-                    "collection_slug, run_token, target_epoch, state, phase, lease_token, "
-                    "lease_expires_at, next_attempt_at) VALUES (:id, 'posts', :r, :e, 'leased', "
-                    "'scan', :l, :f, :p)"),
+            sa.text(
+                "INSERT INTO _emdash_media_usage_reconciliations (collection_id, "
+                "collection_slug, run_token, target_epoch, state, phase, lease_token, "
+                "lease_expires_at, next_attempt_at) VALUES (:id, 'posts', :r, :e, 'leased', "
+                "'scan', :l, :f, :p)"
+            ),
             {"id": collection.id, "r": RUN, "e": EPOCH, "l": LEASE, "f": FUTURE, "p": PAST},
-        )  # fmt: skip
+        )
     return collection
 
 
 def enqueue(repo, posts, ids, **kw):
     args = {
-        "collection_id": posts.id, "collection_slug": "posts", "run_token": RUN,
-        "lease_token": LEASE, "change_epoch": EPOCH, "phase": "scan", "content_ids": ids,
-    }  # fmt: skip
+        "collection_id": posts.id,
+        "collection_slug": "posts",
+        "run_token": RUN,
+        "lease_token": LEASE,
+        "change_epoch": EPOCH,
+        "phase": "scan",
+        "content_ids": ids,
+    }
     repo.enqueue_reconciliation_page(**(args | kw))
 
 
@@ -54,16 +63,34 @@ def test_enqueue_inserts_pending_rows_at_the_run_epoch(repo, posts, db) -> None:
 
 
 def test_enqueue_resets_only_older_epoch_rows(repo, posts, db) -> None:
-    insert_work(db, posts, "old", change_epoch=EPOCH - 1, work_version=4, state="failed",
-                attempt_count=5, last_error_code="E")  # fmt: skip
+    insert_work(
+        db,
+        posts,
+        "old",
+        change_epoch=EPOCH - 1,
+        work_version=4,
+        state="failed",
+        attempt_count=5,
+        last_error_code="E",
+    )
     same = insert_work(db, posts, "same", change_epoch=EPOCH, work_version=2, state="failed")
-    newer = insert_work(db, posts, "newer", change_epoch=EPOCH + 1, state="leased",
-                        lease_token="T", lease_expires_at=FUTURE)  # fmt: skip
+    newer = insert_work(
+        db,
+        posts,
+        "newer",
+        change_epoch=EPOCH + 1,
+        state="leased",
+        lease_token="T",
+        lease_expires_at=FUTURE,
+    )
     enqueue(repo, posts, ["old", "same", "newer"])
     old = get_work(db, posts.id, "old")
     assert (old["state"], old["work_version"], old["change_epoch"], old["attempt_count"]) == (
-        "pending", 5, EPOCH, 0,
-    )  # fmt: skip
+        "pending",
+        5,
+        EPOCH,
+        0,
+    )
     assert old["last_error_code"] is None
     assert get_work(db, posts.id, "same") == same
     assert get_work(db, posts.id, "newer") == newer
@@ -75,20 +102,24 @@ BROKEN_GUARDS = {
     "not leased": ("UPDATE _emdash_media_usage_reconciliations SET state = 'pending'", {}),
     "phase": ("UPDATE _emdash_media_usage_reconciliations SET phase = 'sources'", {}),
     "lease token": ("UPDATE _emdash_media_usage_reconciliations SET lease_token = 'X'", {}),
-    "lease expired": ("UPDATE _emdash_media_usage_reconciliations SET lease_expires_at = :p",
-                      {"p": PAST}),
+    "lease expired": (
+        "UPDATE _emdash_media_usage_reconciliations SET lease_expires_at = :p",
+        {"p": PAST},
+    ),
     "capture": ("UPDATE _emdash_media_usage_index_status SET capture_state = 'deleting'", {}),
-    "not required": ("UPDATE _emdash_media_usage_index_status SET reconciliation_required = 0",
-                     {}),
+    "not required": ("UPDATE _emdash_media_usage_index_status SET reconciliation_required = 0", {}),
     "not running": ("UPDATE _emdash_media_usage_index_status SET status = 'stale'", {}),
     "status cursor": ("UPDATE _emdash_media_usage_index_status SET cursor = 'OTHER'", {}),
     "status epoch": ("UPDATE _emdash_media_usage_index_status SET change_epoch = 10", {}),
     "activation": ("UPDATE _emdash_media_usage_activation SET state = 'activating'", {}),
-    "tombstone": ("INSERT INTO _emdash_media_usage_collection_deletions (collection_id, "
-                  "collection_slug, force_delete, next_attempt_at) "
-                  "SELECT id, 'gone', 0, 'x' FROM _emdash_collections", {}),
+    "tombstone": (
+        "INSERT INTO _emdash_media_usage_collection_deletions (collection_id, "
+        "collection_slug, force_delete, next_attempt_at) "
+        "SELECT id, 'gone', 0, 'x' FROM _emdash_collections",
+        {},
+    ),
     "renamed": ("UPDATE _emdash_collections SET slug = 'articles'", {}),
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("guard", sorted(BROKEN_GUARDS))

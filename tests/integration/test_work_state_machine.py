@@ -78,9 +78,11 @@ def make_machine(engine: sa.Engine, collection_id: str) -> type[RuleBasedStateMa
             if version < 1:
                 return
             record = repo.claim_work(
-                collection_id=collection_id, content_id=entry, work_version=version,
+                collection_id=collection_id,
+                content_id=entry,
+                work_version=version,
                 lease_duration_seconds=300,
-            )  # fmt: skip
+            )
             wins = expected is not None and offset == 0 and expected.claimable
             assert (record is not None) == wins
             if wins:
@@ -100,16 +102,20 @@ def make_machine(engine: sa.Engine, collection_id: str) -> type[RuleBasedStateMa
         def _holder_wins(self, entry: str, token: str) -> bool:
             expected = self.model.get(entry)
             return (
-                expected is not None and expected.state == "leased" and expected.live
+                expected is not None
+                and expected.state == "leased"
+                and expected.live
                 and token == expected.token
-            )  # fmt: skip
+            )
 
         def _lease(self, entry: str, token: str) -> dict:
             expected = self.model.get(entry)
             return {
-                "collection_id": collection_id, "content_id": entry,
-                "work_version": expected.version if expected else 1, "lease_token": token,
-            }  # fmt: skip
+                "collection_id": collection_id,
+                "content_id": entry,
+                "work_version": expected.version if expected else 1,
+                "lease_token": token,
+            }
 
         @rule(entry=entries, choice=token_choices)
         def complete(self, entry: str, choice: str) -> None:
@@ -185,8 +191,10 @@ def make_machine(engine: sa.Engine, collection_id: str) -> type[RuleBasedStateMa
                     continue
                 assert row is not None, entry
                 assert (row["work_version"], row["state"], row["attempt_count"]) == (
-                    expected.version, expected.state, expected.attempts,
-                ), entry  # fmt: skip
+                    expected.version,
+                    expected.state,
+                    expected.attempts,
+                ), entry
                 assert row["lease_token"] == expected.token, entry
 
         @invariant()
@@ -204,10 +212,12 @@ def test_repository_agrees_with_the_model(db: sa.Engine, dialect: str) -> None:
     run_state_machine_as_test(
         machine,
         settings=settings(
-            max_examples=examples, stateful_step_count=30, deadline=None,
+            max_examples=examples,
+            stateful_step_count=30,
+            deadline=None,
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
         ),
-    )  # fmt: skip
+    )
 
 
 pytestmark = pytest.mark.timeout(600)

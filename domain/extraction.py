@@ -1,0 +1,270 @@
+"""Media reference extraction (facts sheet §5): pure functions over field definitions and data.
+
+Given an entry's field values, list every media reference it holds, with emdash's field paths,
+id rules, provider and mime normalisation, and de-duplication. Nothing here raises on odd data:
+anything that is not a well-formed reference is simply not an occurrence.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from domain.content_model import FieldDefinition
+from domain.errors import MediaUsageError
+
+_URL_LIKE = re.compile(r"^(?:[a-z][a-z0-9+.\-]*:|//)", re.IGNORECASE)
+_MEDIA_FILE_PATH = "/_emdash/api/media/file/"
+_DOCUMENT_MIMES = frozenset(
+    {
+        "application/pdf",
+        "application/msword",
+        "application/rtf",
+        "application/vnd.ms-excel",
+        "application/vnd.ms-powerpoint",
+    }
+)
+_ARCHIVE_MIMES = frozenset(
+    {
+        "application/zip",
+        "application/gzip",
+        "application/x-tar",
+        "application/x-7z-compressed",
+        "application/x-rar-compressed",
+        "application/vnd.rar",
+    }
+)
+
+
+class FieldDiscoveryError(MediaUsageError):
+    """A repeater's validation JSON cannot be read (INVALID_REPEATER_VALIDATION)."""
+
+    code = "INVALID_REPEATER_VALIDATION"
+
+
+@dataclass(frozen=True)
+class ExtractionField:
+    """A field that can hold media: image, file, portableText, or a repeater's image sub-fields."""
+
+    slug: str
+    type: str
+    image_sub_fields: tuple[str, ...] = ()
+
+    def schema(self) -> dict[str, Any]:
+        """The field's entry in a projection fingerprint's ``extractionSchema``."""
+        entry: dict[str, Any] = {"slug": self.slug, "type": self.type}
+        if self.type == "repeater":
+            entry["subFields"] = [{"slug": s, "type": "image"} for s in self.image_sub_fields]
+        return entry
+
+
+@dataclass(frozen=True)
+class Occurrence:
+    field_slug: str
+    field_path: str
+    reference_type: str
+    media_id: str | None
+    provider: str
+    provider_asset_id: str
+    media_kind: str | None
+    mime_type: str | None
+    occurrence_index: int = 0
+
+    def payload(self) -> dict[str, Any]:
+        """Camel-case form used by projection fingerprints."""
+        return {
+            "fieldSlug": self.field_slug,
+            "fieldPath": self.field_path,
+            "occurrenceIndex": self.occurrence_index,
+            "referenceType": self.reference_type,
+            "mediaId": self.media_id,
+            "provider": self.provider,
+            "providerAssetId": self.provider_asset_id,
+            "mediaKind": self.media_kind,
+            "mimeType": self.mime_type,
+        }
+
+
+def extraction_fields(fields: Iterable[FieldDefinition]) -> list[ExtractionField]:
+    """The fields extraction looks at, sorted by slug."""
+    result = []
+    for definition in fields:
+        if definition.type in ("image", "file", "portableText"):
+            result.append(ExtractionField(definition.slug, definition.type))
+        elif definition.type == "repeater":
+            subs = _image_sub_fields(definition)
+            if subs:
+                result.append(ExtractionField(definition.slug, "repeater", subs))
+    return sorted(result, key=lambda f: f.slug)
+
+
+def _image_sub_fields(definition: FieldDefinition) -> tuple[str, ...]:
+    validation = definition.validation
+    if validation is None:
+        return ()
+    if not isinstance(validation, Mapping) or "__invalid__" in validation:
+        raise FieldDiscoveryError(f"Repeater {definition.slug!r} has invalid validation JSON.")
+    sub_fields = validation.get("subFields")
+    if not isinstance(sub_fields, list):
+        return ()
+    slugs = {
+        sub["slug"]
+        for sub in sub_fields
+        if isinstance(sub, Mapping)
+        and sub.get("type") == "image"
+        and isinstance(sub.get("slug"), str)
+    }
+    return tuple(sorted(slugs))
+
+
+def normalize_provider(value: object) -> str | None:
+    """Trimmed provider, ``local`` when absent; ``None`` when it cannot be stored (NUL)."""
+    if not isinstance(value, str):
+        return "local"
+    if "\x00" in value:
+        return None
+    return value.strip() or "local"
+
+
+def stable_id(value: object) -> str | None:
+    if not isinstance(value, str) or "\x00" in value:  # NUL cannot be stored in PostgreSQL text
+        return None
+    trimmed = value.strip()
+    if not trimmed or _URL_LIKE.match(trimmed) or trimmed.startswith(_MEDIA_FILE_PATH):
+        return None
+    return trimmed
+
+
+def local_id(value: object) -> str | None:
+    candidate = stable_id(value)
+    return candidate if candidate is not None and "/" not in candidate else None
+
+
+def normalize_mime(value: object) -> str | None:
+    if not isinstance(value, str) or "\x00" in value:
+        return None
+    mime = value.split(";", 1)[0].strip().lower()
+    return mime if "/" in mime else None
+
+
+def media_kind(mime: str | None, fallback: str | None) -> str | None:
+    if mime is None:
+        return fallback
+    major = mime.split("/", 1)[0]
+    if major in ("image", "video", "audio", "text"):
+        return major
+    if major == "font" or mime.startswith("application/font-"):
+        return "font"
+    if mime in _DOCUMENT_MIMES or mime.startswith("application/vnd.openxmlformats-officedocument."):
+        return "document"
+    if mime in _ARCHIVE_MIMES:
+        return "archive"
+    return "other"
+
+
+def _is_plain_object(value: object) -> bool:
+    return isinstance(value, Mapping)
+
+
+def _reference(
+    field_slug: str,
+    field_path: str,
+    reference_type: str,
+    provider_value: object,
+    id_value: object,
+    mime_value: object,
+    fallback_kind: str | None,
+) -> Occurrence | None:
+    provider = normalize_provider(provider_value)
+    if provider is None or provider == "external":
+        return None
+    asset_id = local_id(id_value) if provider == "local" else stable_id(id_value)
+    if asset_id is None:
+        return None
+    mime = normalize_mime(mime_value)
+    return Occurrence(
+        field_slug=field_slug,
+        field_path=field_path,
+        reference_type=reference_type,
+        media_id=asset_id if provider == "local" else None,
+        provider=provider,
+        provider_asset_id=asset_id,
+        media_kind=media_kind(mime, fallback_kind),
+        mime_type=mime,
+    )
+
+
+def _value_reference(
+    field_slug: str, field_path: str, reference_type: str, value: object, fallback: str | None
+) -> Occurrence | None:
+    if isinstance(value, str):
+        return _reference(field_slug, field_path, reference_type, None, value, None, fallback)
+    if _is_plain_object(value):
+        return _reference(
+            field_slug,
+            field_path,
+            reference_type,
+            value.get("provider"),  # type: ignore[union-attr]
+            value.get("id"),  # type: ignore[union-attr]
+            value.get("mimeType"),  # type: ignore[union-attr]
+            fallback,
+        )
+    return None
+
+
+def _field_occurrences(field: ExtractionField, value: object) -> Iterable[Occurrence | None]:
+    if field.type == "image":
+        yield _value_reference(field.slug, field.slug, "image_field", value, "image")
+    elif field.type == "file":
+        yield _value_reference(field.slug, field.slug, "file_field", value, None)
+    elif field.type == "repeater" and isinstance(value, list):
+        for index, item in enumerate(value):
+            if not _is_plain_object(item):
+                continue
+            for sub in field.image_sub_fields:
+                path = f"{field.slug}[{index}].{sub}"
+                yield _value_reference(field.slug, path, "image_field", item.get(sub), "image")
+    elif field.type == "portableText" and isinstance(value, list):
+        for index, block in enumerate(value):
+            if not _is_plain_object(block) or block.get("_type") != "image":
+                continue
+            asset = block.get("asset")
+            if not _is_plain_object(asset):
+                continue
+            provider = normalize_provider(asset.get("provider"))
+            id_rule = local_id if provider == "local" else stable_id
+            key = "_ref" if id_rule(asset.get("_ref")) is not None else "id"
+            yield _reference(
+                field.slug,
+                f"{field.slug}[{index}].asset.{key}",
+                "portable_text_image",
+                asset.get("provider"),
+                asset.get(key),
+                asset.get("mimeType"),
+                "image",
+            )
+
+
+def extract(fields: Sequence[ExtractionField], data: Mapping[str, Any]) -> list[Occurrence]:
+    """Every media occurrence in ``data``, in field then item order, de-duplicated."""
+    seen: set[tuple] = set()
+    result = []
+    for field in fields:
+        for occurrence in _field_occurrences(field, data.get(field.slug)):
+            if occurrence is None:
+                continue
+            key = (
+                occurrence.field_slug,
+                occurrence.field_path,
+                occurrence.occurrence_index,
+                occurrence.reference_type,
+                occurrence.provider,
+                occurrence.provider_asset_id,
+                occurrence.media_id or "",
+            )
+            if key not in seen:
+                seen.add(key)
+                result.append(occurrence)
+    return result

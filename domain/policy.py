@@ -1,0 +1,76 @@
+"""Processing policy of one work item (facts sheet §7.2): error codes, retries, limits."""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from domain.errors import InvalidArgument
+
+LEASE_SECONDS = 60
+MAX_ATTEMPTS = 5
+RETRY_BASE_SECONDS = 30
+RETRY_MAX_SECONDS = 900
+RETRY_JITTER_RATIO = 0.25
+
+SNAPSHOT_FAILED = "MEDIA_USAGE_SNAPSHOT_FAILED"
+GENERATION_CONFLICT = "MEDIA_USAGE_GENERATION_CONFLICT"
+RESOURCE_LIMIT = "MEDIA_USAGE_RESOURCE_LIMIT"
+PROCESSING_FAILED = "MEDIA_USAGE_PROCESSING_FAILED"
+
+# Refresh results (content-refresh codes) → the stable code stored on the work row.
+WORK_CODE_BY_REFRESH_CODE: Mapping[str, str] = {
+    "DRAFT_REVISION_NOT_FOUND": SNAPSHOT_FAILED,
+    "DRAFT_REVISION_MISMATCH": SNAPSHOT_FAILED,
+    "DRAFT_REVISION_INVALID": SNAPSHOT_FAILED,
+    "CONTENT_USAGE_GENERATION_CONFLICT": GENERATION_CONFLICT,
+    "CONTENT_USAGE_RESOURCE_LIMIT": RESOURCE_LIMIT,
+}
+
+
+def work_error_code(refresh_code: str) -> str:
+    return WORK_CODE_BY_REFRESH_CODE.get(refresh_code, PROCESSING_FAILED)
+
+
+def retry_delay_seconds(attempt_count: int, rand: Callable[[], float] = random.random) -> int:
+    """``min(900, exp + floor(exp · 0.25 · r))`` with ``exp = min(900, 30 · 2^attempts)``."""
+    exponential = min(RETRY_MAX_SECONDS, RETRY_BASE_SECONDS * 2 ** min(attempt_count, 16))
+    jitter = math.floor(exponential * RETRY_JITTER_RATIO * rand())
+    return min(RETRY_MAX_SECONDS, exponential + jitter)
+
+
+def is_terminal(work_code: str, attempt_count: int) -> bool:
+    """Fail for good on a resource limit, or when this failure is the fifth attempt."""
+    return work_code == RESOURCE_LIMIT or attempt_count + 1 >= MAX_ATTEMPTS
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-item admission limits. emdash 0.34.0's 12 occurrences / 512 KiB break real pages."""
+
+    max_occurrences: int = 50_000
+    max_index_bytes: int = 16 * 1024 * 1024
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Limits:
+        env = os.environ if env is None else env
+        return cls(
+            max_occurrences=_positive(env, "MEDIA_USAGE_MAX_OCCURRENCES", cls.max_occurrences),
+            max_index_bytes=_positive(env, "MEDIA_USAGE_MAX_INDEX_BYTES", cls.max_index_bytes),
+        )
+
+
+def _positive(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise InvalidArgument(f"{name} must be a positive whole number, not {raw!r}.") from None
+    if value < 1:
+        raise InvalidArgument(f"{name} must be a positive whole number, not {raw!r}.")
+    return value

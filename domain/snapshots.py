@@ -1,0 +1,208 @@
+"""Content snapshots (facts sheet §6): what one entry's sources should look like right now.
+
+Pure: the repository loads the content row (and draft revision) and hands them over; this module
+decides the ``columns`` and ``draft_overlay`` projections, their metadata and fingerprints.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from domain import fingerprint
+from domain.extraction import ExtractionField, Occurrence, extract
+
+SOURCE_TYPE = "content"
+VARIANTS = ("columns", "draft_overlay")
+DISPLAY_FIELDS = ("title", "name")
+SCHEMA_VERSION = 1
+IDENTITY_VERSION = 1
+
+DRAFT_REVISION_NOT_FOUND = "DRAFT_REVISION_NOT_FOUND"
+DRAFT_REVISION_INVALID = "DRAFT_REVISION_INVALID"
+DRAFT_REVISION_MISMATCH = "DRAFT_REVISION_MISMATCH"
+
+
+def source_key(collection_id: str, content_id: str, variant: str) -> str:
+    """Canonical, identity-bound key: ``content:<collection_id>:<content_id>:<variant>``."""
+    return f"content:{collection_id}:{content_id}:{variant}"
+
+
+@dataclass(frozen=True)
+class ContentEntry:
+    """One entry, named by its collection's identity (id and slug) and its content id."""
+
+    collection_id: str
+    collection_slug: str
+    content_id: str
+
+
+@dataclass(frozen=True)
+class Revision:
+    collection: str
+    entry_id: str
+    data: str | Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    variant: str
+    source: dict[str, Any]  # column name -> value, as written to the sources table
+    occurrences: list[Occurrence]
+    fingerprint: str
+    byte_length: int
+
+
+@dataclass(frozen=True)
+class SnapshotSet:
+    columns: Snapshot
+    draft: Snapshot | None = None
+    draft_error: str | None = None
+    snapshots: list[Snapshot] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.snapshots.extend(s for s in (self.columns, self.draft) if s is not None)
+
+
+def _text(value: object) -> str | None:
+    """Text slots take strings only; NUL is dropped (PostgreSQL text cannot hold it)."""
+    return value.replace("\x00", "") if isinstance(value, str) else None
+
+
+def parse_column(value: object) -> object:
+    """Object and array strings are JSON-parsed (kept as text when invalid)."""
+    if isinstance(value, str) and value[:1] in ("{", "["):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def _title(display: Mapping[str, Any], content_slug: str | None, content_id: str) -> str:
+    for name in DISPLAY_FIELDS:
+        value = _text(display.get(name))
+        if value and value.strip():
+            return value
+    return content_slug or content_id
+
+
+def build_snapshots(
+    *,
+    collection_id: str,
+    collection_slug: str,
+    fields: Sequence[ExtractionField],
+    row: Mapping[str, Any],
+    display_fields: Sequence[str],
+    revision: Revision | None,
+) -> SnapshotSet:
+    """Both variants of one entry from its live row and, if it has one, its draft revision."""
+    content_id = row["id"]
+    columns_data = {f.slug: parse_column(row.get(f.slug)) for f in fields}
+    display = {name: row.get(name) for name in display_fields}
+    base = {
+        "source_type": SOURCE_TYPE,
+        "collection_id": collection_id,
+        "collection_slug": collection_slug,
+        "content_id": content_id,
+        "locale": _text(row.get("locale")),
+        "translation_group": _text(row.get("translation_group")),
+        "content_status": _text(row.get("status")),
+        "content_scheduled_at": _text(row.get("scheduled_at")),
+        "content_deleted_at": _text(row.get("deleted_at")),
+        "schema_version": SCHEMA_VERSION,
+        "source_updated_at": _text(row.get("updated_at")),
+        "source_version": _version(row.get("version")),
+        "identity_version": IDENTITY_VERSION,
+        "source_completeness": "complete",
+    }
+    content_slug = _text(row.get("slug"))
+    columns = _snapshot(
+        collection_id, fields, "columns", columns_data,
+        {**base, "content_slug": content_slug,
+         "content_title": _title(display, content_slug, content_id),
+         "revision_id": _text(row.get("live_revision_id"))},
+    )  # fmt: skip
+    draft_id = _text(row.get("draft_revision_id"))
+    if draft_id is None:
+        return SnapshotSet(columns=columns)
+    problem, data = _draft_data(revision, collection_slug, content_id)
+    if problem is not None:
+        return SnapshotSet(columns=columns, draft_error=problem)
+    overlay = {**columns_data, **{k: v for k, v in data.items() if not k.startswith("_")}}
+    draft_slug = _text(data["_slug"]) if isinstance(data.get("_slug"), str) else content_slug
+    draft_display = {
+        name: data[name] if name in data else display.get(name) for name in display_fields
+    }
+    draft = _snapshot(
+        collection_id, fields, "draft_overlay", overlay,
+        {**base, "content_slug": draft_slug,
+         "content_title": _title(draft_display, draft_slug, content_id),
+         "revision_id": draft_id},
+    )  # fmt: skip
+    return SnapshotSet(columns=columns, draft=draft)
+
+
+def _version(value: object) -> int | None:
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int | float):
+        return int(value)
+    return None
+
+
+def _draft_data(
+    revision: Revision | None, collection_slug: str, content_id: str
+) -> tuple[str | None, dict[str, Any]]:
+    if revision is None:
+        return DRAFT_REVISION_NOT_FOUND, {}
+    data = revision.data
+    if isinstance(data, str):
+        try:
+            data = json.loads(data)
+        except ValueError:
+            return DRAFT_REVISION_INVALID, {}
+    if not isinstance(data, dict):
+        return DRAFT_REVISION_INVALID, {}
+    if revision.collection != collection_slug or revision.entry_id != content_id:
+        return DRAFT_REVISION_MISMATCH, {}
+    return None, data
+
+
+def _snapshot(
+    collection_id: str,
+    fields: Sequence[ExtractionField],
+    variant: str,
+    data: Mapping[str, Any],
+    source: dict[str, Any],
+) -> Snapshot:
+    key = source_key(collection_id, source["content_id"], variant)
+    source = {**source, "source_key": key, "source_variant": variant}
+    occurrences = extract(fields, data)
+    print_, length = fingerprint.projection(
+        collection_id, fields, _fingerprint_source(source), occurrences
+    )
+    source["source_fingerprint"] = print_
+    return Snapshot(variant, source, occurrences, print_, length)
+
+
+def _fingerprint_source(source: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "sourceKey": source["source_key"],
+        "sourceType": source["source_type"],
+        "collectionSlug": source["collection_slug"],
+        "contentId": source["content_id"],
+        "sourceVariant": source["source_variant"],
+        "locale": source["locale"],
+        "translationGroup": source["translation_group"],
+        "contentSlug": source["content_slug"],
+        "contentTitle": source["content_title"],
+        "contentStatus": source["content_status"],
+        "contentScheduledAt": source["content_scheduled_at"],
+        "contentDeletedAt": source["content_deleted_at"],
+        "revisionId": source["revision_id"],
+        "schemaVersion": source["schema_version"],
+        "sourceCompleteness": source["source_completeness"],
+    }

@@ -1,0 +1,113 @@
+"""Coverage status transitions driven by incremental work (facts sheet §10)."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from repository.clock import db_now
+from repository.schema import (
+    ADAPTER_ID,
+    SCOPE_TYPE,
+    collections,
+    index_status,
+    reconciliations,
+    work,
+)
+
+st = index_status.c
+
+
+def _active_status(collection_id: str, slug: str) -> list[sa.ColumnElement[bool]]:
+    return [
+        st.adapter_id == ADAPTER_ID,
+        st.scope_type == SCOPE_TYPE,
+        st.collection_id == collection_id,
+        st.scope_key == slug,
+        st.capture_state == "active",
+        sa.exists(
+            sa.select(1).where(collections.c.id == collection_id, collections.c.slug == slug)
+        ),
+    ]
+
+
+def record_incremental_success(engine: sa.Engine, collection_id: str, slug: str) -> None:
+    """Note the success; restore ``complete`` only when nothing is pending or being reconciled."""
+    with engine.begin() as conn:
+        epoch = conn.execute(
+            sa.select(st.change_epoch).where(*_active_status(collection_id, slug))
+        ).scalar_one_or_none()
+    if epoch is None:
+        return
+    restorable = sa.and_(
+        st.reconciliation_required == 0,
+        st.status.in_(("complete", "stale", "partial")),
+        ~sa.exists(sa.select(1).where(work.c.collection_id == collection_id)),
+    )
+    # CAS on the epoch read above: a capture that committed since then (and whose work row this
+    # statement's snapshot might not see) has moved the epoch, so nothing is marked complete.
+    with engine.begin() as conn:
+        conn.execute(
+            index_status.update()
+            .where(*_active_status(collection_id, slug), st.change_epoch == epoch)
+            .values(
+                status=sa.case((restorable, "complete"), else_=st.status),
+                completed_at=sa.case((restorable, db_now()), else_=st.completed_at),
+                last_error_code=sa.case((restorable, sa.null()), else_=st.last_error_code),
+                last_incremental_success_at=db_now(),
+                updated_at=db_now(),
+            )
+        )
+
+
+def record_incremental_failure(
+    engine: sa.Engine,
+    collection_id: str,
+    slug: str,
+    content_id: str,
+    work_version: int,
+    error_code: str,
+) -> None:
+    """A failed item makes trusted coverage ``partial`` (or a running repair ``stale``)."""
+    w = work.c
+    failed_row = sa.exists(
+        sa.select(1).where(
+            w.collection_id == collection_id,
+            w.content_id == content_id,
+            w.work_version == work_version,
+            w.state == "failed",
+            w.last_error_code == error_code,
+        )
+    )
+    run_owns_status = sa.exists(
+        sa.select(1).where(
+            reconciliations.c.collection_id == collection_id,
+            reconciliations.c.run_token == st.cursor,
+        )
+    )
+    to_partial = sa.and_(~run_owns_status, st.reconciliation_required == 0)
+    to_stale = sa.and_(~run_owns_status, st.reconciliation_required != 0, st.status == "running")
+    with engine.begin() as conn:
+        conn.execute(
+            index_status.update()
+            .where(
+                st.adapter_id == ADAPTER_ID,
+                st.scope_type == SCOPE_TYPE,
+                st.collection_id == collection_id,
+                st.scope_key == slug,
+                sa.exists(
+                    sa.select(1).where(
+                        collections.c.id == collection_id, collections.c.slug == slug
+                    )
+                ),
+                failed_row,
+            )
+            .values(
+                status=sa.case((to_partial, "partial"), (to_stale, "stale"), else_=st.status),
+                completed_at=sa.case(
+                    (sa.or_(to_partial, to_stale), sa.null()), else_=st.completed_at
+                ),
+                cursor=sa.case((to_stale, sa.null()), else_=st.cursor),
+                last_error_code=error_code,
+                updated_at=db_now(),
+            )
+        )

@@ -1,0 +1,105 @@
+"""Process one work item end to end (facts sheet §7.2): claim, refresh, complete or retry/fail.
+
+Plain Python over the repositories; the Celery task only calls ``process_work_item``. Every
+step after the claim is fenced by the lease token and work version, so a stale message, a
+duplicate, or a worker whose lease expired cannot change anything.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+import sqlalchemy as sa
+
+from domain import policy
+from domain.snapshots import ContentEntry
+from repository import coverage
+from repository.projection import collection_exists
+from repository.refresh import refresh_entry
+from repository.work import MediaUsageWorkRepository
+
+Outcome = Literal["completed", "obsolete", "superseded", "claim_lost", "retry", "failed"]
+
+
+@dataclass(frozen=True)
+class ProcessResult:
+    outcome: Outcome
+    collection_id: str
+    content_id: str
+    work_version: int
+    error_code: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+def process_work_item(
+    engine: sa.Engine,
+    *,
+    collection_id: str,
+    content_id: str,
+    work_version: int | str,
+    limits: policy.Limits | None = None,
+    lease_seconds: int = policy.LEASE_SECONDS,
+    rand: Callable[[], float] = random.random,
+    refresh: Callable[[sa.Engine, ContentEntry, policy.Limits], str | None] = refresh_entry,
+) -> ProcessResult:
+    """Run one item. Invalid arguments raise ``ValueError`` before anything is written."""
+    repo = MediaUsageWorkRepository(engine)
+    claimed = repo.claim_work(
+        collection_id=collection_id,
+        content_id=content_id,
+        work_version=work_version,
+        lease_duration_seconds=lease_seconds,
+    )
+    version = int(work_version)
+    if claimed is None:
+        return ProcessResult("claim_lost", collection_id, content_id, version)
+    lease = {
+        "collection_id": claimed.collection_id,
+        "content_id": claimed.content_id,
+        "work_version": claimed.work_version,
+        "lease_token": claimed.lease_token,
+    }
+    entry = ContentEntry(claimed.collection_id, claimed.collection_slug, claimed.content_id)
+
+    def result(outcome: Outcome, code: str | None = None) -> ProcessResult:
+        return ProcessResult(outcome, collection_id, content_id, claimed.work_version, code)
+
+    if not _collection_present(engine, entry):
+        return result("obsolete" if repo.complete_work(**lease) else "superseded")
+
+    code = refresh(engine, entry, limits or policy.Limits())
+    if code is None:
+        if not repo.complete_work(**lease):
+            return result("superseded")
+        coverage.record_incremental_success(engine, entry.collection_id, entry.collection_slug)
+        return result("completed")
+
+    if not _collection_present(engine, entry):
+        return result("obsolete" if repo.complete_work(**lease) else "superseded")
+    work_code = policy.work_error_code(code)
+    if policy.is_terminal(work_code, claimed.attempt_count):
+        if not repo.fail_work(**lease, error_code=work_code):
+            return result("superseded", work_code)
+        coverage.record_incremental_failure(
+            engine, entry.collection_id, entry.collection_slug, entry.content_id,
+            claimed.work_version, work_code,
+        )  # fmt: skip
+        return result("failed", work_code)
+    delay = policy.retry_delay_seconds(claimed.attempt_count, rand)
+    if repo.retry_work(**lease, retry_delay_seconds=delay, error_code=work_code):
+        return result("retry", work_code)
+    return result("superseded", work_code)
+
+
+def _collection_present(engine: sa.Engine, entry: ContentEntry) -> bool:
+    with engine.begin() as conn:
+        return bool(
+            conn.execute(
+                sa.select(collection_exists(entry.collection_id, entry.collection_slug))
+            ).scalar_one()
+        )

@@ -1,0 +1,102 @@
+"""Refresh one entry's slice of the index (facts sheet §8.1, durable mode).
+
+Reads the entry, builds its snapshots, checks the per-item limits and rewrites each source
+whose projection changed, all under the projection module's compare-and-sets. Returns ``None``
+on success or one of the refresh codes that the processor maps to work error codes.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import sqlalchemy as sa
+
+from domain.extraction import FieldDiscoveryError, extraction_fields
+from domain.policy import Limits
+from domain.snapshots import DISPLAY_FIELDS, ContentEntry, SnapshotSet, build_snapshots
+from repository import projection
+from repository.collections import load_fields
+
+GENERATION_CONFLICT = "CONTENT_USAGE_GENERATION_CONFLICT"
+RESOURCE_LIMIT = "CONTENT_USAGE_RESOURCE_LIMIT"
+REFRESH_ERROR = "CONTENT_USAGE_REFRESH_ERROR"
+MAX_ATTEMPTS = 2
+
+log = logging.getLogger(__name__)
+
+
+def refresh_entry(engine: sa.Engine, entry: ContentEntry, limits: Limits) -> str | None:
+    """Bring the entry's sources up to date; a lost race is retried once."""
+    try:
+        for _ in range(MAX_ATTEMPTS):
+            code = _attempt(engine, entry, limits)
+            if code != GENERATION_CONFLICT:
+                return code
+        return GENERATION_CONFLICT
+    except FieldDiscoveryError:
+        return FieldDiscoveryError.code
+    except Exception:
+        log.exception("media usage refresh of %s failed", entry)
+        return REFRESH_ERROR
+
+
+def _attempt(engine: sa.Engine, entry: ContentEntry, limits: Limits) -> str | None:
+    with engine.begin() as conn:
+        observed = projection.observed_sources(conn, entry)
+        fields = load_fields(conn, entry.collection_id)
+        extraction = extraction_fields(fields)
+        display = [name for name in DISPLAY_FIELDS if any(f.slug == name for f in fields)]
+        row, revision = projection.load_entry(conn, entry, [f.slug for f in extraction] + display)
+        collection_present = (
+            row is not None
+            or conn.execute(
+                sa.select(projection.collection_exists(entry.collection_id, entry.collection_slug))
+            ).scalar_one()
+        )
+    if not collection_present:
+        return GENERATION_CONFLICT
+    if row is None:
+        # The entry is gone: remove its sources, but only while it stays gone.
+        for source in observed.values():
+            if not projection.delete_source_if_matching(engine, source, content_absent=True):
+                return GENERATION_CONFLICT
+        return None
+
+    snapshots = build_snapshots(
+        collection_id=entry.collection_id,
+        collection_slug=entry.collection_slug,
+        fields=extraction,
+        row=row,
+        display_fields=display,
+        revision=revision,
+    )
+    if snapshots.draft_error is not None:
+        return snapshots.draft_error
+    if _over_limits(snapshots, observed, limits):
+        return RESOURCE_LIMIT
+    for snapshot in snapshots.snapshots:
+        current = observed.get(snapshot.variant)
+        if projection.is_unchanged(snapshot, current):
+            with engine.begin() as conn:
+                if projection.still_unchanged(conn, snapshot, current):
+                    continue
+            return GENERATION_CONFLICT
+        if not projection.replace_source_if_matching(engine, snapshot, current):
+            return GENERATION_CONFLICT
+    wanted = {snapshot.variant for snapshot in snapshots.snapshots}
+    for variant, source in observed.items():
+        if variant not in wanted and not projection.delete_source_if_matching(
+            engine, source, content_absent=False
+        ):
+            return GENERATION_CONFLICT
+    return None
+
+
+def _over_limits(snapshots: SnapshotSet, observed: dict, limits: Limits) -> bool:
+    """Only projections that would be written count against the item's limits."""
+    changed = [
+        s for s in snapshots.snapshots if not projection.is_unchanged(s, observed.get(s.variant))
+    ]
+    occurrences = sum(len(s.occurrences) for s in changed)
+    size = sum(s.byte_length for s in changed)
+    return occurrences > limits.max_occurrences or size > limits.max_index_bytes

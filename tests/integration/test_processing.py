@@ -1,0 +1,379 @@
+"""Processing one work item against real databases: lifecycle, races, failures, read side."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import sqlalchemy as sa
+
+from domain.content_model import FieldDefinition
+from domain.policy import Limits
+from domain.snapshots import ContentEntry
+from repository import projection
+from repository.collections import load_fields
+from repository.processor import process_work_item
+from repository.refresh import refresh_entry
+from repository.usage import MediaNotFound, usage_count, usage_page
+from repository.work import MediaUsageWorkRepository
+from tests.index_oracle import actual_index, expected_index
+from tests.support import PAST, active_collection, drain, get_work, set_work, status_row
+
+FIELDS = [
+    FieldDefinition("title", "Title", "string"),
+    FieldDefinition("hero", "Hero", "image"),
+    FieldDefinition("doc", "Doc", "file"),
+    FieldDefinition(
+        "gallery",
+        "Gallery",
+        "repeater",
+        validation={"subFields": [{"slug": "image", "type": "image"}]},
+    ),
+    FieldDefinition("body", "Body", "portableText"),
+]
+
+
+@pytest.fixture
+def posts(db: sa.Engine):
+    collection = active_collection(db, "posts", FIELDS)
+    with db.begin() as conn:
+        for media_id in ("m1", "m2", "m3", "m4"):
+            conn.execute(
+                sa.text(
+                    "INSERT INTO media (id, filename, mime_type, storage_key) "
+                    "VALUES (:i, 'f', 'image/png', 'k')"
+                ),
+                {"i": media_id},
+            )
+    return collection
+
+
+def sql(engine: sa.Engine, statement: str, **params) -> None:
+    with engine.begin() as conn:
+        conn.execute(sa.text(statement), params)
+
+
+def media_ids(engine: sa.Engine) -> dict[str, list[str]]:
+    query = (
+        "SELECT s.source_variant, u.media_id FROM _emdash_media_usage u "
+        "JOIN _emdash_media_usage_sources s ON s.source_key = u.source_key "
+        "AND s.current_generation = u.generation ORDER BY u.field_path"
+    )
+    result: dict[str, list[str]] = {}
+    with engine.connect() as conn:
+        for v, media_id in conn.execute(sa.text(query)):
+            result.setdefault(v, []).append(media_id)
+    return result
+
+
+def test_one_entry_through_its_lifecycle(db, posts) -> None:
+    sql(db, "INSERT INTO ec_posts (id, slug, title, hero) VALUES ('e1', 'hello', 'Hello', 'm1')")
+    assert [r.outcome for r in drain(db)] == ["completed"]
+    assert media_ids(db) == {"columns": ["m1"]}
+
+    sql(db, "UPDATE ec_posts SET hero = 'm2', version = version + 1 WHERE id = 'e1'")
+    drain(db)
+    assert media_ids(db) == {"columns": ["m2"]}
+
+    sql(
+        db,
+        "INSERT INTO revisions (id, collection, entry_id, data) VALUES ('r1', 'posts', 'e1', :d)",
+        d=json.dumps({"hero": "m3", "_slug": "draft-slug"}),
+    )
+    sql(db, "UPDATE ec_posts SET draft_revision_id = 'r1' WHERE id = 'e1'")
+    drain(db)
+    assert media_ids(db) == {"columns": ["m2"], "draft_overlay": ["m3"]}
+    # Unpublished entry with a draft: counts only through the draft.
+    with db.connect() as conn:
+        from repository.usage import usage_counts
+
+        assert usage_counts(conn, ["m2", "m3"]) == {"m2": 0, "m3": 1}
+
+    sql(
+        db,
+        "UPDATE ec_posts SET status = 'published', hero = 'm3', live_revision_id = 'r1', "
+        "draft_revision_id = NULL, version = version + 1 WHERE id = 'e1'",
+    )
+    drain(db)
+    assert media_ids(db) == {"columns": ["m3"]}
+
+    sql(db, "UPDATE ec_posts SET deleted_at = '2026-01-01T00:00:00.000Z' WHERE id = 'e1'")
+    drain(db)
+    with db.connect() as conn:
+        from repository.usage import usage_counts
+
+        assert usage_counts(conn, ["m3"]) == {"m3": 0}  # trashed entries do not count
+    page = usage_page(db, "m3")
+    assert [(e.content_id, e.deleted_at) for e in page.entries] == [
+        ("e1", "2026-01-01T00:00:00.000Z")
+    ]
+
+    sql(db, "DELETE FROM ec_posts WHERE id = 'e1'")
+    drain(db)
+    assert media_ids(db) == {}
+    with db.connect() as conn:
+        assert (
+            conn.execute(sa.text("SELECT count(*) FROM _emdash_media_usage_sources")).scalar() == 0
+        )
+    assert get_work(db, posts.id, "e1") is None
+
+
+def test_every_live_entry_has_a_columns_source_even_without_media(db, posts) -> None:
+    sql(db, "INSERT INTO ec_posts (id, title) VALUES ('plain', 'no media here')")
+    drain(db)
+    with db.connect() as conn:
+        rows = conn.execute(
+            sa.text(
+                "SELECT source_key, collection_id, identity_version, source_completeness "
+                "FROM _emdash_media_usage_sources"
+            )
+        ).all()
+    assert rows == [(f"content:{posts.id}:plain:columns", posts.id, 1, "complete")]
+
+
+def test_unchanged_projection_keeps_its_generation(db, posts) -> None:
+    sql(db, "INSERT INTO ec_posts (id, hero) VALUES ('e1', 'm1')")
+    drain(db)
+    with db.connect() as conn:
+        before = conn.execute(
+            sa.text("SELECT current_generation, indexed_at FROM _emdash_media_usage_sources")
+        ).one()
+    sql(db, "UPDATE ec_posts SET version = version + 1, author_id = 'someone' WHERE id = 'e1'")
+    assert [r.outcome for r in drain(db)] == ["completed"]
+    with db.connect() as conn:
+        after = conn.execute(
+            sa.text("SELECT current_generation, indexed_at FROM _emdash_media_usage_sources")
+        ).one()
+        generations = (
+            conn.execute(sa.text("SELECT DISTINCT generation FROM _emdash_media_usage"))
+            .scalars()
+            .all()
+        )
+    assert after == before and generations == [before[0]]
+
+
+def test_an_older_read_finishing_last_cannot_overwrite_the_newer_result(db, posts) -> None:
+    sql(db, "INSERT INTO ec_posts (id, hero) VALUES ('e1', 'm1')")
+    entry = ContentEntry(posts.id, "posts", "e1")
+    with db.connect() as conn:
+        fields = load_fields(conn, posts.id)
+    from domain.extraction import extraction_fields
+    from domain.snapshots import build_snapshots
+
+    def read_snapshot():
+        with db.begin() as conn:
+            observed = projection.observed_sources(conn, entry)
+            row, revision = projection.load_entry(
+                conn, entry, ["hero", "doc", "gallery", "body", "title"]
+            )
+        snapshot = build_snapshots(
+            collection_id=posts.id,
+            collection_slug="posts",
+            fields=extraction_fields(fields),
+            row=row,
+            display_fields=["title"],
+            revision=revision,
+        ).columns
+        return snapshot, observed.get("columns")
+
+    old_snapshot, old_observed = read_snapshot()  # processor A reads version 1 (m1)
+    sql(db, "UPDATE ec_posts SET hero = 'm2', version = version + 1 WHERE id = 'e1'")
+    # Content moved on: A's promotion is refused even before anyone else wrote.
+    assert projection.replace_source_if_matching(db, old_snapshot, old_observed) is False
+    assert media_ids(db) == {}
+    drain(db)  # processor B indexes version 2 (m2)
+    assert media_ids(db) == {"columns": ["m2"]}
+    # A finishes last, with its stale read and stale observation: refused again.
+    assert projection.replace_source_if_matching(db, old_snapshot, old_observed) is False
+    assert media_ids(db) == {"columns": ["m2"]}
+    assert actual_index(db) == expected_index(db)
+
+
+def test_a_fenced_worker_result_is_superseded(db, posts) -> None:
+    sql(db, "INSERT INTO ec_posts (id, hero) VALUES ('e1', 'm1')")
+
+    def refresh_then_write_again(engine, entry, limits):
+        outcome = refresh_entry(engine, entry, limits)
+        sql(db, "UPDATE ec_posts SET hero = 'm2', version = version + 1 WHERE id = 'e1'")
+        return outcome
+
+    result = process_work_item(
+        db,
+        collection_id=posts.id,
+        content_id="e1",
+        work_version=1,
+        refresh=refresh_then_write_again,
+    )
+    assert result.outcome == "superseded"
+    assert get_work(db, posts.id, "e1")["work_version"] == 2
+    drain(db)
+    assert media_ids(db) == {"columns": ["m2"]}
+
+
+def test_a_broken_draft_retries_then_fails_and_coverage_is_partial(db, posts) -> None:
+    sql(
+        db,
+        "INSERT INTO revisions (id, collection, entry_id, data) "
+        "VALUES ('bad', 'posts', 'e1', 'not json')",
+    )
+    sql(db, "INSERT INTO ec_posts (id, hero, draft_revision_id) VALUES ('e1', 'm1', 'bad')")
+    sql(
+        db,
+        "UPDATE _emdash_media_usage_index_status "
+        "SET status = 'complete', reconciliation_required = 0",
+    )
+    repo = MediaUsageWorkRepository(db)
+    outcomes = []
+    for attempt in range(5):
+        (item,) = repo.find_due_work(10)
+        assert item.attempt_count == attempt
+        result = process_work_item(
+            db, collection_id=posts.id, content_id="e1", work_version=item.work_version
+        )
+        outcomes.append((result.outcome, result.error_code))
+        set_work(db, posts.id, "e1", next_attempt_at=PAST)  # time passes
+    assert outcomes == [("retry", "MEDIA_USAGE_SNAPSHOT_FAILED")] * 4 + [
+        ("failed", "MEDIA_USAGE_SNAPSHOT_FAILED")
+    ]
+    row = get_work(db, posts.id, "e1")
+    assert (row["state"], row["attempt_count"]) == ("failed", 5)
+    status = status_row(db, posts.id)
+    assert (status["status"], status["last_error_code"]) == (
+        "partial",
+        "MEDIA_USAGE_SNAPSHOT_FAILED",
+    )
+    assert repo.find_due_work(10) == []
+    assert media_ids(db) == {}  # nothing written for a broken snapshot
+
+
+def test_retry_delays_follow_the_backoff(db, posts) -> None:
+    sql(
+        db,
+        "INSERT INTO revisions (id, collection, entry_id, data) "
+        "VALUES ('bad', 'posts', 'e1', '[]')",
+    )
+    sql(db, "INSERT INTO ec_posts (id, draft_revision_id) VALUES ('e1', 'bad')")
+    result = process_work_item(
+        db, collection_id=posts.id, content_id="e1", work_version=1, rand=lambda: 0.0
+    )
+    assert result.outcome == "retry"
+    with db.connect() as conn:
+        seconds = conn.execute(
+            sa.text("SELECT next_attempt_at, updated_at FROM _emdash_media_usage_work")
+        ).one()
+    from datetime import datetime
+
+    parse = lambda t: datetime.strptime(t, "%Y-%m-%dT%H:%M:%S.%fZ")  # noqa: E731
+    assert 29.9 <= (parse(seconds[0]) - parse(seconds[1])).total_seconds() <= 30.1
+
+
+def test_resource_limit_fails_at_once(db, posts) -> None:
+    gallery = json.dumps([{"image": f"m{i}"} for i in range(20)])
+    sql(db, "INSERT INTO ec_posts (id, gallery) VALUES ('big', :g)", g=gallery)
+    (result,) = drain(db, limits=Limits(max_occurrences=12))
+    assert (result.outcome, result.error_code) == ("failed", "MEDIA_USAGE_RESOURCE_LIMIT")
+    assert get_work(db, posts.id, "big")["attempt_count"] == 1
+    sql(db, "INSERT INTO ec_posts (id, hero) VALUES ('small', 'm1')")
+    (result,) = drain(db, limits=Limits(max_index_bytes=200))
+    assert (result.outcome, result.error_code) == ("failed", "MEDIA_USAGE_RESOURCE_LIMIT")
+    assert media_ids(db) == {}
+
+
+def test_default_limits_take_a_real_page(db, posts) -> None:
+    gallery = json.dumps([{"image": f"m{i}"} for i in range(500)])
+    sql(db, "INSERT INTO ec_posts (id, gallery) VALUES ('big', :g)", g=gallery)
+    assert [r.outcome for r in drain(db)] == ["completed"]
+    assert len(actual_index(db)) == 500
+
+
+def test_deleted_collection_makes_work_obsolete(db, posts) -> None:
+    sql(db, "INSERT INTO ec_posts (id) VALUES ('e1')")
+    sql(db, "UPDATE _emdash_collections SET slug = 'renamed'")
+    result = process_work_item(db, collection_id=posts.id, content_id="e1", work_version=1)
+    assert result.outcome == "obsolete"
+    assert get_work(db, posts.id, "e1") is None
+
+
+def test_success_restores_complete_coverage_only_when_drained(db, posts) -> None:
+    sql(
+        db,
+        "UPDATE _emdash_media_usage_index_status "
+        "SET status = 'complete', reconciliation_required = 0",
+    )
+    sql(db, "INSERT INTO ec_posts (id) VALUES ('e1')")
+    sql(db, "INSERT INTO ec_posts (id) VALUES ('e2')")
+    assert status_row(db, posts.id)["status"] == "stale"
+    process_work_item(db, collection_id=posts.id, content_id="e1", work_version=1)
+    status = status_row(db, posts.id)
+    assert status["status"] == "stale" and status["last_incremental_success_at"]
+    process_work_item(db, collection_id=posts.id, content_id="e2", work_version=1)
+    assert status_row(db, posts.id)["status"] == "complete"
+    coverage, count = usage_count(db, "m1")
+    assert coverage.status == "complete" and count == 0
+
+
+def test_usage_is_unknown_until_coverage_is_complete(db, posts) -> None:
+    sql(db, "INSERT INTO ec_posts (id, hero) VALUES ('e1', 'm1')")
+    drain(db)
+    coverage, count = usage_count(db, "m1")
+    assert coverage.status == "never" and count is None  # never reconciled: "nowhere" is unknown
+    with pytest.raises(MediaNotFound):
+        usage_page(db, "nope")
+
+
+def test_usage_listing_pages_by_entry(db, posts) -> None:
+    for i in range(5):
+        sql(
+            db,
+            "INSERT INTO ec_posts (id, hero, gallery) VALUES (:i, 'm1', :g)",
+            i=f"e{i}",
+            g=json.dumps([{"image": "m1"}]),
+        )
+    drain(db)
+    first = usage_page(db, "m1", limit=2)
+    assert [e.content_id for e in first.entries] == ["e0", "e1"] and first.next_cursor
+    assert first.entries[0].sources == [
+        {
+            "variant": "columns",
+            "occurrences": [
+                {
+                    "field_slug": "gallery",
+                    "field_path": "gallery[0].image",
+                    "occurrence_index": 0,
+                    "reference_type": "image_field",
+                },
+                {
+                    "field_slug": "hero",
+                    "field_path": "hero",
+                    "occurrence_index": 0,
+                    "reference_type": "image_field",
+                },
+            ],
+        }
+    ]
+    second = usage_page(db, "m1", limit=2, cursor=first.next_cursor)
+    third = usage_page(db, "m1", limit=2, cursor=second.next_cursor)
+    assert [e.content_id for e in second.entries + third.entries] == ["e2", "e3", "e4"]
+    assert third.next_cursor is None
+    with pytest.raises(ValueError):
+        usage_page(db, "m1", cursor=first.next_cursor[:-2])
+
+
+def test_process_validates_message_arguments_before_writing(db, posts) -> None:
+    sql(db, "INSERT INTO ec_posts (id) VALUES ('e1')")
+    before = get_work(db, posts.id, "e1")
+    for bad in (
+        {"work_version": "1; drop"},
+        {"work_version": True},
+        {"content_id": ""},
+        {"collection_id": None},
+        {"work_version": -1},
+    ):
+        args = {"collection_id": posts.id, "content_id": "e1", "work_version": 1} | bad
+        with pytest.raises(ValueError):
+            process_work_item(db, **args)
+    assert get_work(db, posts.id, "e1") == before
+    assert (
+        process_work_item(db, collection_id=posts.id, content_id="e1", work_version=7).outcome
+        == "claim_lost"
+    )
