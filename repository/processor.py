@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
@@ -17,9 +18,10 @@ import sqlalchemy as sa
 from domain import policy
 from domain.snapshots import ContentEntry
 from repository import coverage
+from repository.heartbeat import LeaseHeartbeat
 from repository.projection import collection_exists
 from repository.refresh import refresh_entry
-from repository.work import MediaUsageWorkRepository
+from repository.work import MediaUsageWorkRepository, live_lease_exists
 
 Outcome = Literal["completed", "obsolete", "superseded", "claim_lost", "retry", "failed"]
 
@@ -45,9 +47,14 @@ def process_work_item(
     limits: policy.Limits | None = None,
     lease_seconds: int = policy.LEASE_SECONDS,
     rand: Callable[[], float] = random.random,
-    refresh: Callable[[sa.Engine, ContentEntry, policy.Limits], str | None] = refresh_entry,
+    refresh: Callable[..., str | None] = refresh_entry,
+    heartbeat: Heartbeat | None = None,
 ) -> ProcessResult:
-    """Run one item. Invalid arguments raise ``ValueError`` before anything is written."""
+    """Run one item. Invalid arguments raise ``ValueError`` before anything is written.
+
+    With ``heartbeat`` the lease is renewed while the refresh runs, so a long item is not taken
+    over while its worker is alive.
+    """
     repo = MediaUsageWorkRepository(engine)
     claimed = repo.claim_work(
         collection_id=collection_id,
@@ -72,7 +79,9 @@ def process_work_item(
     if not _collection_present(engine, entry):
         return result("obsolete" if repo.complete_work(**lease) else "superseded")
 
-    code = refresh(engine, entry, limits or policy.Limits())
+    fence = [live_lease_exists(**lease)]
+    with _keeping(repo, claimed, lease_seconds, heartbeat):
+        code = refresh(engine, entry, limits or policy.Limits(), fence)
     if code is None:
         if not repo.complete_work(**lease):
             return result("superseded")
@@ -94,6 +103,26 @@ def process_work_item(
     if repo.retry_work(**lease, retry_delay_seconds=delay, error_code=work_code):
         return result("retry", work_code)
     return result("superseded", work_code)
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    every_seconds: float
+    max_seconds: float
+
+
+def _keeping(
+    repo: MediaUsageWorkRepository, claimed: Any, lease_seconds: int, heartbeat: Heartbeat | None
+) -> AbstractContextManager[Any]:
+    if heartbeat is None:
+        return nullcontext()
+    return LeaseHeartbeat(
+        repo,
+        claimed,
+        lease_seconds=lease_seconds,
+        every_seconds=heartbeat.every_seconds,
+        max_seconds=heartbeat.max_seconds,
+    )
 
 
 def _collection_present(engine: sa.Engine, entry: ContentEntry) -> bool:

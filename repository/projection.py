@@ -151,7 +151,10 @@ def still_unchanged(conn: sa.Connection, snapshot: Snapshot, observed: Mapping[s
 
 
 def replace_source_if_matching(
-    engine: sa.Engine, snapshot: Snapshot, observed: Mapping[str, Any] | None
+    engine: sa.Engine,
+    snapshot: Snapshot,
+    observed: Mapping[str, Any] | None,
+    fence: Sequence[sa.ColumnElement[bool]] = (),
 ) -> bool:
     """Write ``snapshot`` as a new generation; ``False`` when a guard no longer holds."""
     source = snapshot.source
@@ -203,6 +206,7 @@ def replace_source_if_matching(
             guards = [
                 collection_exists(source["collection_id"], source["collection_slug"]),
                 _content_unchanged(snapshot),
+                *fence,
             ]
             if observed is None:
                 promoted = _insert_source(conn, values, guards)
@@ -244,10 +248,15 @@ def _delete_generation(conn: sa.Connection, key: str, generation: str) -> None:
 
 
 def delete_source_if_matching(
-    engine: sa.Engine, observed: Mapping[str, Any], *, content_absent: bool
+    engine: sa.Engine,
+    observed: Mapping[str, Any],
+    *,
+    content_absent: bool,
+    fence: Sequence[sa.ColumnElement[bool]] = (),
 ) -> bool:
     """Remove a vanished source (and its occurrences) if it is still as observed."""
     guards = [
+        *fence,
         *_matches(observed),
         collection_exists(observed["collection_id"], observed["collection_slug"]),
     ]

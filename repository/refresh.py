@@ -8,6 +8,7 @@ on success or one of the refresh codes that the processor maps to work error cod
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 import sqlalchemy as sa
 
@@ -25,11 +26,20 @@ MAX_ATTEMPTS = 2
 log = logging.getLogger(__name__)
 
 
-def refresh_entry(engine: sa.Engine, entry: ContentEntry, limits: Limits) -> str | None:
-    """Bring the entry's sources up to date; a lost race is retried once."""
+def refresh_entry(
+    engine: sa.Engine,
+    entry: ContentEntry,
+    limits: Limits,
+    fence: Sequence[sa.ColumnElement[bool]] = (),
+) -> str | None:
+    """Bring the entry's sources up to date; a lost race is retried once.
+
+    ``fence`` guards every index write (the caller's live lease), so a processor that lost its
+    lease mid-refresh writes nothing.
+    """
     try:
         for _ in range(MAX_ATTEMPTS):
-            code = _attempt(engine, entry, limits)
+            code = _attempt(engine, entry, limits, fence)
             if code != GENERATION_CONFLICT:
                 return code
         return GENERATION_CONFLICT
@@ -40,7 +50,12 @@ def refresh_entry(engine: sa.Engine, entry: ContentEntry, limits: Limits) -> str
         return REFRESH_ERROR
 
 
-def _attempt(engine: sa.Engine, entry: ContentEntry, limits: Limits) -> str | None:
+def _attempt(
+    engine: sa.Engine,
+    entry: ContentEntry,
+    limits: Limits,
+    fence: Sequence[sa.ColumnElement[bool]],
+) -> str | None:
     with engine.begin() as conn:
         observed = projection.observed_sources(conn, entry)
         fields = load_fields(conn, entry.collection_id)
@@ -58,7 +73,9 @@ def _attempt(engine: sa.Engine, entry: ContentEntry, limits: Limits) -> str | No
     if row is None:
         # The entry is gone: remove its sources, but only while it stays gone.
         for source in observed.values():
-            if not projection.delete_source_if_matching(engine, source, content_absent=True):
+            if not projection.delete_source_if_matching(
+                engine, source, content_absent=True, fence=fence
+            ):
                 return GENERATION_CONFLICT
         return None
 
@@ -81,12 +98,12 @@ def _attempt(engine: sa.Engine, entry: ContentEntry, limits: Limits) -> str | No
                 if projection.still_unchanged(conn, snapshot, current):
                     continue
             return GENERATION_CONFLICT
-        if not projection.replace_source_if_matching(engine, snapshot, current):
+        if not projection.replace_source_if_matching(engine, snapshot, current, fence):
             return GENERATION_CONFLICT
     wanted = {snapshot.variant for snapshot in snapshots.snapshots}
     for variant, source in observed.items():
         if variant not in wanted and not projection.delete_source_if_matching(
-            engine, source, content_absent=False
+            engine, source, content_absent=False, fence=fence
         ):
             return GENERATION_CONFLICT
     return None

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 
 from domain import validation as check
 from domain.cursor import decode_cursor, encode_cursor
-from domain.errors import MediaUsageError
+from domain.errors import InvalidArgument, MediaUsageError
 from domain.work import (
     OperatorRetryResult,
     OperatorWorkItem,
@@ -108,6 +108,22 @@ def _new_pending_columns(
 
 def _text(value: str) -> sa.ColumnElement[str]:
     return sa.literal(value, sa.Text)
+
+
+def live_lease_exists(
+    collection_id: str, content_id: str, work_version: int, lease_token: str
+) -> sa.Exists:
+    """True while this exact lease still holds its row: fences writes of a stale holder."""
+    return sa.exists(
+        sa.select(1).where(
+            w.collection_id == collection_id,
+            w.content_id == content_id,
+            w.work_version == work_version,
+            w.state == "leased",
+            w.lease_token == lease_token,
+            lease_is_live(w.lease_expires_at),
+        )
+    )
 
 
 def _lease_expired(column: sa.ColumnElement[str]) -> sa.ColumnElement[bool]:
@@ -606,6 +622,71 @@ class MediaUsageWorkRepository:
         code = check.error_code(error_code)
         guard = self._live_lease_guard(collection_id, content_id, work_version, lease_token)
         return self._transition_failure(guard, "failed", code)
+
+    def extend_lease(
+        self,
+        *,
+        collection_id: str,
+        content_id: str,
+        work_version: int | str,
+        lease_token: str,
+        lease_duration_seconds: int,
+    ) -> str | None:
+        """Heartbeat: push a live lease's expiry to now + duration; ``None`` once it is lost."""
+        duration = check.duration_seconds(
+            lease_duration_seconds, "lease duration", allow_zero=False
+        )
+        guard = self._live_lease_guard(collection_id, content_id, work_version, lease_token)
+        with self.engine.begin() as conn:
+            return conn.execute(
+                work.update()
+                .where(*guard)
+                .values(lease_expires_at=db_now(duration))
+                .returning(w.lease_expires_at)
+            ).scalar_one_or_none()
+
+    def find_due_page(
+        self, state: str, limit: int, after: WorkRecord | None = None
+    ) -> list[WorkRecord]:
+        """One keyset page of due rows of one state, in that state's index order.
+
+        The tick walks pages with this so a large backlog costs index range scans, never
+        OFFSETs; ``after`` is the last record of the previous page.
+        """
+        if state not in ("pending", "retry", "leased"):
+            raise InvalidArgument("Due pages exist for pending, retry and leased work only.")
+        query = self._due_query(state, check.due_limit(limit))
+        if after is not None:
+            if state == "leased":
+                key = sa.tuple_(w.lease_expires_at, w.collection_id, w.content_id)
+                position = (after.lease_expires_at, after.collection_id, after.content_id)
+            else:
+                key = sa.tuple_(w.next_attempt_at, w.updated_at, w.collection_id, w.content_id)
+                position = (
+                    after.next_attempt_at,
+                    after.updated_at,
+                    after.collection_id,
+                    after.content_id,
+                )
+            query = query.where(key > sa.tuple_(*(sa.literal(v, sa.Text) for v in position)))
+        with self.engine.begin() as conn:
+            return [_record(row) for row in conn.execute(query)]
+
+    def oldest_due(self) -> tuple[str, str | None]:
+        """The database's now and the earliest due time of any due row (``None`` if none)."""
+        candidates = [
+            sa.select(sa.func.min(w.next_attempt_at)).where(
+                w.state.in_(("pending", "retry")), is_due(w.next_attempt_at)
+            ),
+            sa.select(sa.func.min(w.lease_expires_at)).where(
+                w.state == "leased", is_due(w.lease_expires_at)
+            ),
+        ]
+        with self.engine.begin() as conn:
+            now = conn.execute(sa.select(db_now())).scalar_one()
+            found = [conn.execute(q).scalar_one_or_none() for q in candidates]
+        due = [value for value in found if value is not None]
+        return now, min(due) if due else None
 
     def _transition_failure(
         self, guard: list[sa.ColumnElement[bool]], state: str, code: str, **extra: Any

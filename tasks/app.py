@@ -1,7 +1,7 @@
 """The one place that holds the Celery app and its configuration.
 
-Nothing is read from the environment at import time except the broker settings Celery itself
-needs to build the app; tasks read the database URL each time they run.
+Only broker settings, which Celery needs to build the app, are read at import time; tasks read
+the database URL and limits each time they run (``tasks.settings``).
 """
 
 from __future__ import annotations
@@ -9,6 +9,9 @@ from __future__ import annotations
 import os
 
 from celery import Celery
+from celery.signals import worker_process_init
+
+from tasks import settings
 
 DEFAULT_BROKER_URL = "redis://localhost:6379/0"
 DEFAULT_QUEUE = "media_usage"
@@ -18,20 +21,48 @@ def queue_name() -> str:
     return os.environ.get("MEDIA_USAGE_QUEUE", DEFAULT_QUEUE)
 
 
-app = Celery("media_usage")
+def broker_url() -> str:
+    return os.environ.get("MEDIA_USAGE_BROKER_URL", DEFAULT_BROKER_URL)
+
+
+app = Celery("media_usage", include=["tasks.work"])
 app.conf.update(
-    broker_url=os.environ.get("MEDIA_USAGE_BROKER_URL", DEFAULT_BROKER_URL),
+    broker_url=broker_url(),
+    broker_connection_retry_on_startup=True,
+    broker_transport_options={"visibility_timeout": settings.VISIBILITY_TIMEOUT_SECONDS},
+    # JSON only: a message can never make a worker unpickle attacker-chosen objects.
     task_serializer="json",
     result_serializer="json",
     accept_content=["json"],
     result_accept_content=["json"],
     task_default_queue=queue_name(),
     task_routes={"media_usage.*": {"queue": queue_name()}},
+    task_ignore_result=True,
+    # Ack after the task ran, one message at a time: a killed worker's message is redelivered,
+    # and the database lease (not the message) decides who may work on the item.
     task_acks_late=True,
     task_reject_on_worker_lost=True,
     worker_prefetch_multiplier=1,
+    task_time_limit=settings.TASK_TIME_LIMIT_SECONDS,
+    task_soft_time_limit=settings.TASK_SOFT_TIME_LIMIT_SECONDS,
     worker_send_task_events=True,
     task_send_sent_event=True,
     timezone="UTC",
     enable_utc=True,
 )
+
+
+def _load_beat_schedule() -> None:
+    from beat_schedule import beat_schedule
+
+    app.conf.beat_schedule = beat_schedule
+
+
+_load_beat_schedule()
+
+
+@worker_process_init.connect
+def _fresh_engines_after_fork(**_: object) -> None:
+    from tasks.engines import dispose_all
+
+    dispose_all()

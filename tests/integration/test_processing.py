@@ -192,8 +192,8 @@ def test_an_older_read_finishing_last_cannot_overwrite_the_newer_result(db, post
 def test_a_fenced_worker_result_is_superseded(db, posts) -> None:
     sql(db, "INSERT INTO ec_posts (id, hero) VALUES ('e1', 'm1')")
 
-    def refresh_then_write_again(engine, entry, limits):
-        outcome = refresh_entry(engine, entry, limits)
+    def refresh_then_write_again(engine, entry, limits, fence):
+        outcome = refresh_entry(engine, entry, limits, fence)
         sql(db, "UPDATE ec_posts SET hero = 'm2', version = version + 1 WHERE id = 'e1'")
         return outcome
 

@@ -1,0 +1,105 @@
+"""Sending ``media_usage.process_work`` messages: ids only, short-lived, not sent twice at once.
+
+A message names an item and the version it was due at; the database decides everything else.
+When the broker is Redis, a short-lived ``SET NX`` key per (item, version) keeps the tick from
+queueing the same item again while its message is still alive; the task drops the key when it
+finishes. Losing those keys (FLUSHALL, restart) only means an item may be sent twice, and a
+duplicate message is harmless: its claim fails.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import redis
+
+from domain.work import WorkRecord
+from repository.work import MediaUsageWorkRepository
+from tasks import settings
+from tasks.app import app, queue_name
+from tasks.engines import get_engine
+
+log = logging.getLogger(__name__)
+KEY_PREFIX = "media_usage:dispatched"
+_clients: dict[str, redis.Redis] = {}
+
+
+def _redis() -> redis.Redis | None:
+    url = app.conf.broker_url or ""
+    if not url.startswith(("redis://", "rediss://", "unix://")):
+        return None
+    client = _clients.get(url)
+    if client is None:
+        client = _clients[url] = redis.Redis.from_url(url, socket_timeout=5)
+    return client
+
+
+def dispatch_key(collection_id: str, content_id: str, work_version: int | str) -> str:
+    return f"{KEY_PREFIX}:{work_version}:{len(collection_id)}:{collection_id}:{content_id}"
+
+
+def _reserve(items: Sequence[WorkRecord], ttl: int) -> list[bool]:
+    client = _redis()
+    if client is None:
+        return [True] * len(items)
+    try:
+        pipe = client.pipeline(transaction=False)
+        for item in items:
+            pipe.set(
+                dispatch_key(item.collection_id, item.content_id, item.work_version),
+                1,
+                nx=True,
+                ex=ttl,
+            )
+        return [bool(ok) for ok in pipe.execute()]
+    except redis.RedisError:
+        log.warning("dispatch de-duplication unavailable; sending anyway", exc_info=True)
+        return [True] * len(items)
+
+
+def release(collection_id: str, content_id: str, work_version: object) -> None:
+    """Forget the item's dispatch key so its next due time is honoured at once."""
+    client = _redis()
+    if client is None:
+        return
+    try:
+        client.delete(dispatch_key(collection_id, content_id, str(work_version)))
+    except redis.RedisError:
+        log.debug("could not release dispatch key", exc_info=True)
+
+
+def send(items: Sequence[WorkRecord], ttl: int | None = None) -> list[str]:
+    """Send one message per item not already in flight; returns the task ids sent."""
+    from tasks.work import process_work
+
+    ttl = ttl or settings.dispatch_ttl_seconds()
+    sent = []
+    reserved = _reserve(items, ttl)
+    with app.producer_or_acquire() as producer:
+        for item, go in zip(items, reserved, strict=True):
+            if not go:
+                continue
+            result = process_work.apply_async(
+                args=(item.collection_id, item.content_id, item.work_version),
+                expires=ttl,
+                queue=queue_name(),
+                producer=producer,
+            )
+            sent.append(result.id)
+    return sent
+
+
+def after_write(collection_slug: str, content_id: str) -> str | None:
+    """Fast path for host apps: call after committing a content write to index it now.
+
+    Returns the id of the message sent, or ``None`` when there is nothing to do (capture not
+    active, no work row, or the item is already in flight).
+    """
+    record = MediaUsageWorkRepository(get_engine()).find_work_for_content(
+        collection_slug, content_id
+    )
+    if record is None or record.state in ("failed", "leased"):
+        return None
+    sent = send([record])
+    return sent[0] if sent else None

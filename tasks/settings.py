@@ -1,0 +1,59 @@
+"""Runtime settings of the tasks, read from the environment each time they are needed.
+
+Tasks call these at run time (never at import) so one process can be pointed at another
+database or given other limits by changing its environment, as the test suite does.
+"""
+
+from __future__ import annotations
+
+import os
+
+from domain.errors import InvalidArgument
+
+DEFAULT_DATABASE_URL = "sqlite:///media_usage.db"
+LEASE_SECONDS = 60
+# The hard limit bounds how long heartbeats may extend a lease; the soft limit fires first.
+TASK_TIME_LIMIT_SECONDS = 300
+TASK_SOFT_TIME_LIMIT_SECONDS = 270
+# Broker redelivery must wait longer than any lease can live (lease + hard limit).
+VISIBILITY_TIMEOUT_SECONDS = 3600
+
+
+def database_url() -> str:
+    return os.environ.get("MEDIA_USAGE_DATABASE_URL") or DEFAULT_DATABASE_URL
+
+
+def positive_int(name: str, default: int) -> int:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise InvalidArgument(f"{name} must be a positive whole number, not {raw!r}.") from None
+    if value < 1:
+        raise InvalidArgument(f"{name} must be a positive whole number, not {raw!r}.")
+    return value
+
+
+def lease_seconds() -> int:
+    """The claim's lease (60 s, as emdash); renewed every third of it while the item runs."""
+    return positive_int("MEDIA_USAGE_LEASE_SECONDS", LEASE_SECONDS)
+
+
+def tick_seconds() -> int:
+    return positive_int("MEDIA_USAGE_TICK_SECONDS", 5)
+
+
+def reconcile_seconds() -> int:
+    return positive_int("MEDIA_USAGE_RECONCILE_SECONDS", 10)
+
+
+def tick_budget() -> int:
+    """Items one tick may dispatch: enough to keep a backlog of thousands moving per tick."""
+    return positive_int("MEDIA_USAGE_TICK_BUDGET", 5000)
+
+
+def dispatch_ttl_seconds() -> int:
+    """How long a dispatched message lives (and suppresses re-dispatch of the same item)."""
+    return positive_int("MEDIA_USAGE_DISPATCH_TTL", lease_seconds())

@@ -1,0 +1,96 @@
+"""The work tasks: the beat tick that fans out due items, and the per-item task."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from celery import Task
+
+from domain.errors import InvalidArgument
+from domain.policy import Limits
+from domain.timestamps import seconds_between
+from repository.activation import is_activation_active
+from repository.processor import Heartbeat, process_work_item
+from repository.work import MediaUsageWorkRepository
+from tasks import dispatch, settings
+from tasks.app import app
+from tasks.engines import get_engine
+
+log = logging.getLogger(__name__)
+PAGE = 100
+# Expired leases first (their holders died), then retries, then fresh work.
+DUE_STATES = ("leased", "retry", "pending")
+
+
+def _emit(task: Task, event: str, fields: dict[str, Any]) -> None:
+    """A custom event for Flower and other monitors; never fails the task."""
+    try:
+        task.send_event(event, **fields)
+    except Exception:
+        log.debug("could not send %s event", event, exc_info=True)
+
+
+@app.task(name="media_usage.tick", bind=True, ignore_result=True)
+def tick(self: Task) -> dict[str, Any]:
+    """Select due work page by page (up to the tick budget) and send one message per item."""
+    started = time.monotonic()
+    engine = get_engine()
+    with engine.connect() as conn:
+        active = is_activation_active(conn)
+    if not active:
+        return {"active": False, "dispatched": 0}
+    repo = MediaUsageWorkRepository(engine)
+    budget, ttl = settings.tick_budget(), settings.dispatch_ttl_seconds()
+    seen = dispatched = 0
+    for state in DUE_STATES:
+        after = None
+        while seen < budget:
+            limit = min(PAGE, budget - seen)
+            page = repo.find_due_page(state, limit, after)
+            seen += len(page)
+            dispatched += len(dispatch.send(page, ttl)) if page else 0
+            if len(page) < limit:
+                break
+            after = page[-1]
+    now, oldest = repo.oldest_due()
+    summary = {
+        "active": True,
+        "due_seen": seen,
+        "dispatched": dispatched,
+        "budget_exhausted": seen >= budget,
+        "oldest_due_age_seconds": round(seconds_between(oldest, now), 3) if oldest else 0.0,
+        "duration_ms": round((time.monotonic() - started) * 1000, 1),
+    }
+    _emit(self, "task-media-usage-tick", summary)
+    return summary
+
+
+@app.task(name="media_usage.process_work", bind=True, ignore_result=True)
+def process_work(
+    self: Task, collection_id: Any, content_id: Any, work_version: Any
+) -> dict[str, Any]:
+    """Claim, refresh and complete (or retry/fail) one item; the outcome is the result."""
+    lease = settings.lease_seconds()
+    try:
+        result = process_work_item(
+            get_engine(),
+            collection_id=collection_id,
+            content_id=content_id,
+            work_version=work_version,
+            limits=Limits.from_env(),
+            lease_seconds=lease,
+            heartbeat=Heartbeat(
+                every_seconds=lease / 3,
+                max_seconds=settings.TASK_TIME_LIMIT_SECONDS,
+            ),
+        ).as_dict()
+    except InvalidArgument as exc:
+        # Forged or corrupted message: say so once, change nothing, never retry it.
+        log.warning("media_usage.process_work ignored an invalid message: %s", exc)
+        result = {"outcome": "claim_lost", "reason": "invalid message"}
+    else:
+        dispatch.release(collection_id, content_id, work_version)
+    _emit(self, "task-media-usage-outcome", result)
+    return result

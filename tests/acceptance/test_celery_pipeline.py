@@ -1,0 +1,221 @@
+"""The whole pipeline with real Redis and real Celery workers: ticks, fan-out, claims, fencing."""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import threading
+
+import pytest
+import redis
+import sqlalchemy as sa
+from celery.signals import task_success
+
+from domain.content_model import FieldDefinition
+from repository.db import create_engine
+from repository.work import MediaUsageWorkRepository
+from tests.acceptance.conftest import wait_for, work_rows
+from tests.index_oracle import (
+    actual_index,
+    actual_source_keys,
+    expected_index,
+    expected_source_keys,
+)
+from tests.support import active_collection, get_work
+
+FIELDS = [
+    FieldDefinition("title", "Title", "string"),
+    FieldDefinition("hero", "Hero", "image"),
+    FieldDefinition(
+        "gallery",
+        "Gallery",
+        "repeater",
+        validation={"subFields": [{"slug": "image", "type": "image"}]},
+    ),
+]
+
+
+@pytest.fixture
+def engine(migrated_url: str):
+    engine = create_engine(migrated_url)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def posts(engine):
+    return active_collection(engine, "posts", FIELDS)
+
+
+def write_entries(engine: sa.Engine, count: int, prefix: str = "e") -> None:
+    rng = random.Random(count)
+    with engine.begin() as conn:
+        for i in range(count):
+            gallery = [{"image": f"m{rng.randrange(20)}"} for _ in range(rng.randrange(4))]
+            conn.execute(
+                sa.text("INSERT INTO ec_posts (id, title, hero, gallery) VALUES (:i, :t, :h, :g)"),
+                {
+                    "i": f"{prefix}{i:04d}",
+                    "t": f"Entry {i}",
+                    "h": f"m{i % 20}",
+                    "g": json.dumps(gallery),
+                },
+            )
+
+
+def assert_index_is_exact(engine: sa.Engine) -> None:
+    assert work_rows(engine) == 0
+    assert actual_index(engine) == expected_index(engine)
+    assert actual_source_keys(engine) == expected_source_keys(engine)
+
+
+def drained(engine: sa.Engine, entries: int) -> bool:
+    return work_rows(engine) == 0 and len(actual_source_keys(engine)) >= entries
+
+
+class Outcomes:
+    """Results of process_work in this process (the in-process worker runs here)."""
+
+    def __init__(self) -> None:
+        self.items: list[dict] = []
+        self.lock = threading.Lock()
+
+    def __call__(self, sender=None, result=None, **_) -> None:
+        if sender is not None and sender.name == "media_usage.process_work":
+            with self.lock:
+                self.items.append(result)
+
+
+@pytest.fixture
+def outcomes():
+    collector = Outcomes()
+    task_success.connect(collector, weak=False)
+    yield collector
+    task_success.disconnect(collector)
+
+
+def test_in_process_worker_indexes_entries_written_by_plain_sql(
+    engine, posts, celery_worker, outcomes
+) -> None:
+    from tasks.work import tick
+
+    write_entries(engine, 200)
+
+    def ticked_and_drained() -> bool:
+        tick.apply_async()
+        return drained(engine, 200)
+
+    wait_for(ticked_and_drained, timeout=120, interval=1.0)
+    assert_index_is_exact(engine)
+    completed = [o for o in outcomes.items if o["outcome"] == "completed"]
+    assert len(completed) == 200
+
+
+def test_every_item_sent_five_times_is_processed_once(
+    engine, posts, celery_worker, outcomes
+) -> None:
+    from tasks.work import process_work
+
+    write_entries(engine, 40)
+    due = MediaUsageWorkRepository(engine).find_due_work(100)
+    assert len(due) == 40
+    for _ in range(5):
+        for item in due:
+            process_work.apply_async(args=(item.collection_id, item.content_id, item.work_version))
+    wait_for(lambda: len(outcomes.items) == 200, timeout=120)
+    by_item: dict[str, list[str]] = {}
+    for outcome in outcomes.items:
+        by_item.setdefault(outcome["content_id"], []).append(outcome["outcome"])
+    assert all(sorted(v) == ["claim_lost"] * 4 + ["completed"] for v in by_item.values()), by_item
+    assert_index_is_exact(engine)
+
+
+FORGED = [
+    ("unknown", "nope", 1),
+    (None, "e0000", 1),
+    (5, 6, 7),
+    ("x" * 100_000, "e0000", 1),
+    ("{collection}", "e0000", "1; DROP TABLE ec_posts"),
+    ("{collection}", "e0000", 99),
+    ("{collection}", "e0000", True),
+    ("{collection}", ["e0000"], 1),
+    ("{collection}", "e0000", -1),
+    ("{collection}", "e0000", 1.5),
+]
+
+
+def test_forged_messages_change_nothing_and_the_worker_keeps_going(
+    engine, posts, celery_worker, outcomes, caplog
+) -> None:
+    import logging
+
+    from tasks.work import process_work
+
+    # The worker rewires the root logger; listen on the task module's logger itself.
+    task_log = logging.getLogger("tasks.work")
+    task_log.addHandler(caplog.handler)
+    caplog.set_level(logging.WARNING, logger="tasks.work")
+    write_entries(engine, 1)
+    before = get_work(engine, posts.id, "e0000")
+    for collection_id, content_id, version in FORGED:
+        if collection_id == "{collection}":
+            collection_id = posts.id
+        process_work.apply_async(args=(collection_id, content_id, version))
+    wait_for(lambda: len(outcomes.items) == len(FORGED), timeout=60)
+    assert {o["outcome"] for o in outcomes.items} == {"claim_lost"}
+    assert get_work(engine, posts.id, "e0000") == before
+    assert "ignored an invalid message" in caplog.text
+    assert "x" * 1000 not in caplog.text  # no echo of huge values into logs
+    task_log.removeHandler(caplog.handler)
+    # The worker is alive and still does real work.
+    process_work.apply_async(args=(posts.id, "e0000", 1))
+    wait_for(lambda: work_rows(engine) == 0, timeout=60)
+    assert_index_is_exact(engine)
+
+
+def test_subprocess_worker_and_two_beats_survive_flush_and_kill(
+    engine, posts, processes, broker_url
+) -> None:
+    """Two beats at once, a Redis FLUSHALL and a SIGKILLed worker: everything still completes."""
+    processes.beat()
+    processes.beat()
+    first = processes.worker(concurrency=2)
+    write_entries(engine, 150, prefix="a")
+    wait_for(lambda: work_rows(engine) < 150, timeout=60)
+    processes.kill(first, signal.SIGKILL)  # mid-drain: any lease it held must expire and be redone
+    redis.Redis.from_url(broker_url).flushall()
+    write_entries(engine, 150, prefix="b")
+    processes.worker(concurrency=2)
+    wait_for(lambda: drained(engine, 300), timeout=120, interval=0.5)
+    assert_index_is_exact(engine)
+    assert "Traceback" not in processes.logs()
+
+
+@pytest.mark.parametrize("dialect", ["postgresql"])  # holding a worker mid-item needs a lock
+def test_a_worker_killed_mid_item_hands_it_over_after_the_lease(engine, posts, processes) -> None:
+    write_entries(engine, 1)
+    blocker = engine.connect()
+    blocker.begin()
+    # The refresh reads the field registry right after the claim: it waits here, lease held.
+    blocker.execute(sa.text("LOCK TABLE _emdash_fields IN ACCESS EXCLUSIVE MODE"))
+    worker = processes.worker(concurrency=1)
+    processes.beat()
+    wait_for(lambda: get_work(engine, posts.id, "e0000")["state"] == "leased", timeout=60)
+    token = get_work(engine, posts.id, "e0000")["lease_token"]
+    processes.kill(worker)
+    blocker.rollback()
+    blocker.close()
+    processes.worker(concurrency=1)
+    wait_for(lambda: work_rows(engine) == 0, timeout=60)
+    assert_index_is_exact(engine)
+    assert token  # the killed holder had the lease; another worker completed the item
+
+
+def test_worker_and_beat_index_500_entries_within_a_minute(engine, posts, processes) -> None:
+    """The issue's acceptance bar: plain-SQL writes, `celery worker` + `celery beat`, 60 s."""
+    processes.worker(concurrency=2)
+    processes.beat()
+    write_entries(engine, 500)
+    wait_for(lambda: drained(engine, 500), timeout=60, interval=0.5)
+    assert_index_is_exact(engine)
