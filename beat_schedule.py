@@ -20,6 +20,7 @@ def _seconds(name: str, default: int) -> int:
 
 
 _tick = _seconds("MEDIA_USAGE_TICK_SECONDS", 5)
+_reconcile = _seconds("MEDIA_USAGE_RECONCILE_SECONDS", 10)
 _queue = os.environ.get("MEDIA_USAGE_QUEUE", "media_usage")
 
 beat_schedule: dict[str, dict] = {
@@ -27,5 +28,10 @@ beat_schedule: dict[str, dict] = {
         "task": "media_usage.tick",
         "schedule": float(_tick),
         "options": {"expires": float(_tick), "queue": _queue},
+    },
+    "media-usage-reconcile": {
+        "task": "media_usage.reconcile_tick",
+        "schedule": float(_reconcile),
+        "options": {"expires": float(_reconcile), "queue": _queue},
     },
 }

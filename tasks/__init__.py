@@ -4,7 +4,7 @@
 Importing the package registers every task. This package never writes SQL text.
 """
 
-from tasks import work  # noqa: F401  (registers the tasks on app)
+from tasks import reconcile, work  # noqa: F401  (registers the tasks on app)
 from tasks.app import app
 
 __all__ = ["app"]

@@ -25,7 +25,7 @@ def broker_url() -> str:
     return os.environ.get("MEDIA_USAGE_BROKER_URL", DEFAULT_BROKER_URL)
 
 
-app = Celery("media_usage", include=["tasks.work"])
+app = Celery("media_usage", include=["tasks.work", "tasks.reconcile"])
 app.conf.update(
     broker_url=broker_url(),
     broker_connection_retry_on_startup=True,

@@ -86,18 +86,32 @@ class Processes:
         log = open(self.tmp / f"{name}-{len(self.running)}.log", "wb")  # noqa: SIM115
         proc = subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "tasks", *args],
-            cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
             start_new_session=True,
-        )  # fmt: skip
+        )
         self.running.append(proc)
         return proc
 
     def worker(self, concurrency: int = 2) -> subprocess.Popen:
         return self._start(
             "worker",
-            ["worker", "-Q", "media_usage", "-c", str(concurrency), "-l", "info", "-E",
-             "--without-heartbeat", "--without-gossip", "--without-mingle"],
-        )  # fmt: skip
+            [
+                "worker",
+                "-Q",
+                "media_usage",
+                "-c",
+                str(concurrency),
+                "-l",
+                "info",
+                "-E",
+                "--without-heartbeat",
+                "--without-gossip",
+                "--without-mingle",
+            ],
+        )
 
     def beat(self) -> subprocess.Popen:
         schedule = self.tmp / f"beat-{len(self.running)}"

@@ -35,11 +35,17 @@ def test_heartbeat_keeps_a_long_item_leased(db: sa.Engine) -> None:
     result: list = []
     worker = threading.Thread(
         target=lambda: result.append(
-            process_work_item(db, collection_id=posts.id, content_id="e1", work_version=1,
-                              lease_seconds=1, refresh=slow_refresh,
-                              heartbeat=Heartbeat(every_seconds=0.2, max_seconds=30))
+            process_work_item(
+                db,
+                collection_id=posts.id,
+                content_id="e1",
+                work_version=1,
+                lease_seconds=1,
+                refresh=slow_refresh,
+                heartbeat=Heartbeat(every_seconds=0.2, max_seconds=30),
+            )
         )
-    )  # fmt: skip
+    )
     worker.start()
     deadline = threading.Event()
     while len(set(expiries)) < 4 and not deadline.wait(0.1):
@@ -47,8 +53,15 @@ def test_heartbeat_keeps_a_long_item_leased(db: sa.Engine) -> None:
         if row and row["state"] == "leased":
             expiries.append(row["lease_expires_at"])
             # Nobody can take the item over while the heartbeat renews it.
-            assert repo.claim_work(collection_id=posts.id, content_id="e1", work_version=1,
-                                   lease_duration_seconds=60) is None  # fmt: skip
+            assert (
+                repo.claim_work(
+                    collection_id=posts.id,
+                    content_id="e1",
+                    work_version=1,
+                    lease_duration_seconds=60,
+                )
+                is None
+            )
     release.set()
     worker.join(timeout=30)
     assert result[0].outcome == "completed"
@@ -63,8 +76,13 @@ def test_a_holder_that_lost_its_lease_writes_no_index(db: sa.Engine) -> None:
         set_work(db, posts.id, "e1", lease_expires_at=PAST)  # the lease ran out meanwhile
         return refresh_entry(engine, entry, limits, fence)
 
-    result = process_work_item(db, collection_id=posts.id, content_id="e1", work_version=1,
-                               refresh=refresh_after_losing_the_lease)  # fmt: skip
+    result = process_work_item(
+        db,
+        collection_id=posts.id,
+        content_id="e1",
+        work_version=1,
+        refresh=refresh_after_losing_the_lease,
+    )
     # It could neither write the index nor record a retry: the row is no longer its to touch.
     assert result.outcome == "superseded" and result.error_code == "MEDIA_USAGE_GENERATION_CONFLICT"
     with db.connect() as conn:

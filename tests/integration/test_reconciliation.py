@@ -1,0 +1,235 @@
+"""Reconciliation and manual repair on both dialects, driven without Celery (tick + drain)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import sqlalchemy as sa
+
+from domain.content_model import FieldDefinition
+from repository.activation import activate
+from repository.collections import CollectionRegistry
+from repository.reconciliation import Reconciler
+from tests.index_oracle import (
+    actual_index,
+    actual_source_keys,
+    expected_index,
+    expected_source_keys,
+)
+from tests.support import PAST, drain, status_row
+
+FIELDS = [
+    FieldDefinition("title", "Title", "string"),
+    FieldDefinition("hero", "Hero", "image"),
+    FieldDefinition(
+        "gallery",
+        "Gallery",
+        "repeater",
+        validation={"subFields": [{"slug": "image", "type": "image"}]},
+    ),
+]
+
+
+def write(engine: sa.Engine, statement: str, rows: list[dict] | dict | None = None) -> None:
+    with engine.begin() as conn:
+        conn.execute(sa.text(statement), rows or {})
+
+
+def entries(count: int, prefix: str = "e") -> list[dict]:
+    return [
+        {
+            "id": f"{prefix}{i:05d}",
+            "hero": f"m{i % 13}",
+            "gallery": json.dumps([{"image": f"g{i % 5}"}]),
+        }
+        for i in range(count)
+    ]
+
+
+INSERT = "INSERT INTO ec_posts (id, hero, gallery) VALUES (:id, :hero, :gallery)"
+
+
+def converge(engine: sa.Engine, collection_id: str, rounds: int = 400) -> list[str]:
+    """Alternate reconciliation ticks and worker drains; time passes between rounds."""
+    reconciler = Reconciler(engine, defer_seconds=0)
+    actions = []
+    for _ in range(rounds):
+        actions += [report.action for report in reconciler.tick()]
+        drain(engine)
+        if status_row(engine, collection_id)["status"] in ("complete", "failed", "partial"):
+            return actions
+    raise AssertionError(f"did not converge: {actions[-10:]}")
+
+
+@pytest.fixture
+def posts(db: sa.Engine):
+    return CollectionRegistry(db).create_collection("posts", "Posts", FIELDS)
+
+
+def test_entries_from_before_activation_are_reconciled_to_complete(db, posts) -> None:
+    write(db, INSERT, entries(500))
+    activate(db)
+    assert status_row(db, posts.id)["reconciliation_required"] == 1
+    actions = converge(db, posts.id)
+    status = status_row(db, posts.id)
+    assert (status["status"], status["reconciliation_required"], status["cursor"]) == (
+        "complete",
+        0,
+        None,
+    )
+    assert actions.count("enqueued") >= 10 and "completed" in actions
+    assert actual_index(db) == expected_index(db)
+    assert actual_source_keys(db) == expected_source_keys(db)
+    with db.connect() as conn:
+        assert (
+            conn.execute(
+                sa.text("SELECT count(*) FROM _emdash_media_usage_reconciliations")
+            ).scalar()
+            == 0
+        )
+
+
+def test_writes_during_reconciliation_restart_it_and_it_converges_after(db, posts) -> None:
+    write(db, INSERT, entries(200))
+    activate(db)
+    reconciler = Reconciler(db, defer_seconds=0)
+    reconciler.tick(max_steps=3)  # the run has started scanning
+    write(db, INSERT, entries(20, prefix="late"))
+    write(db, "UPDATE ec_posts SET hero = 'm99' WHERE id = 'e00001'")
+    actions = converge(db, posts.id)
+    assert "restarted" in actions
+    assert status_row(db, posts.id)["status"] == "complete"
+    assert actual_index(db) == expected_index(db)
+
+
+def test_entries_deleted_before_reconciliation_lose_their_sources(db, posts) -> None:
+    activate(db)
+    write(db, INSERT, entries(30))
+    drain(db)
+    assert len(actual_source_keys(db)) == 30
+    # Deleted while capture could not see it (e.g. written by a tool that bypassed capture).
+    with db.begin() as conn:
+        conn.execute(
+            sa.text("UPDATE _emdash_media_usage_index_status SET capture_state = 'installing'")
+        )
+    with pytest.raises(sa.exc.DBAPIError):
+        write(db, "DELETE FROM ec_posts WHERE id = 'e00003'")
+    with db.begin() as conn:
+        conn.execute(sa.text("DROP TRIGGER IF EXISTS " + _trigger(db, posts, "ad") + _on(db)))
+        conn.execute(sa.text("DELETE FROM ec_posts WHERE id IN ('e00003', 'e00004')"))
+        conn.execute(
+            sa.text(
+                "UPDATE _emdash_media_usage_index_status SET capture_state = 'active', "
+                "reconciliation_required = 1"
+            )
+        )
+    activate(db)  # re-verification puts the missing trigger back
+    converge(db, posts.id)
+    assert status_row(db, posts.id)["status"] == "complete"
+    assert actual_source_keys(db) == expected_source_keys(db)
+    assert not any(":e00003:" in key for key in actual_source_keys(db))
+
+
+def _trigger(db, posts, suffix):
+    from repository.triggers import trigger_names
+
+    return trigger_names(posts.id, "posts")[suffix]
+
+
+def _on(db) -> str:
+    return " ON ec_posts" if db.dialect.name == "postgresql" else ""
+
+
+def test_a_failed_entry_fails_the_run_and_a_later_edit_reopens_it(db, posts) -> None:
+    write(
+        db,
+        "INSERT INTO revisions (id, collection, entry_id, data) "
+        "VALUES ('bad', 'posts', 'e00001', 'nope')",
+    )
+    write(db, INSERT, entries(10))
+    write(db, "UPDATE ec_posts SET draft_revision_id = 'bad' WHERE id = 'e00001'")
+    activate(db)
+    reconciler = Reconciler(db, defer_seconds=0)
+    for _ in range(200):
+        reconciler.tick()
+        drain(db)
+        with db.begin() as conn:  # retries become due at once: time passes
+            conn.execute(
+                sa.text(
+                    "UPDATE _emdash_media_usage_work SET next_attempt_at = :p WHERE state = 'retry'"
+                ),
+                {"p": PAST},
+            )
+        if status_row(db, posts.id)["status"] in ("failed", "partial"):
+            break
+    status = status_row(db, posts.id)
+    assert (status["status"], status["last_error_code"]) == (
+        "partial",
+        "MEDIA_USAGE_SNAPSHOT_FAILED",
+    )
+    with db.connect() as conn:
+        state = conn.execute(
+            sa.text("SELECT state, last_error_code FROM _emdash_media_usage_reconciliations")
+        ).one()
+    assert tuple(state) == ("failed", "MEDIA_USAGE_RECONCILIATION_ENTRY_FAILED")
+
+    # The editor fixes the entry: capture reopens the run, which now completes.
+    write(db, "UPDATE ec_posts SET draft_revision_id = NULL WHERE id = 'e00001'")
+    converge(db, posts.id)
+    assert status_row(db, posts.id)["status"] == "complete"
+    assert actual_index(db) == expected_index(db)
+
+
+def test_repair_rebuilds_a_collection_at_its_current_epoch(db, posts) -> None:
+    from repository.repair import repair_collection
+
+    write(db, INSERT, entries(120))
+    activate(db)
+    seen: list[tuple[int, int]] = []
+    result = repair_collection(db, "posts", progress=lambda done, total: seen.append((done, total)))
+    assert (result.status, result.indexed, result.failed, result.skipped) == ("complete", 120, 0, 0)
+    assert seen[-1] == (120, 120)
+    status = status_row(db, posts.id)
+    assert status["status"] == "complete" and status["reconciliation_required"] == 0
+    assert status["indexed_source_count"] == 120
+    assert actual_index(db) == expected_index(db)
+    with db.connect() as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM _emdash_media_usage_work")).scalar() == 0
+
+
+def test_repair_racing_a_write_ends_stale_never_complete(db, posts) -> None:
+    from repository.repair import repair_collection
+
+    write(db, INSERT, entries(120))
+    activate(db)
+
+    def write_during_repair(done: int, total: int) -> None:
+        if done == 50:  # a host app writes while the repair is half-way
+            write(db, "UPDATE ec_posts SET hero = 'changed' WHERE id = 'e00110'")
+
+    result = repair_collection(db, "posts", progress=write_during_repair)
+    assert (result.status, result.error_code) == ("stale", "CONTENT_USAGE_REPAIR_CONFLICT")
+    status = status_row(db, posts.id)
+    assert (status["status"], status["last_error_code"], status["reconciliation_required"]) == (
+        "stale",
+        "CONTENT_USAGE_REPAIR_CONFLICT",
+        1,
+    )
+    with db.connect() as conn:  # the write's work survived the repair's cleanup
+        assert conn.execute(
+            sa.text("SELECT content_id FROM _emdash_media_usage_work")
+        ).scalars().all() == ["e00110"]
+    converge(db, posts.id)
+    assert status_row(db, posts.id)["status"] == "complete"
+    assert actual_index(db) == expected_index(db)
+
+
+def test_repair_refuses_without_active_capture(db, posts) -> None:
+    from domain.errors import CollectionNotFound
+    from repository.repair import RepairNotPossible, repair_collection
+
+    with pytest.raises(RepairNotPossible):
+        repair_collection(db, "posts")
+    with pytest.raises(CollectionNotFound):
+        repair_collection(db, "nope")
