@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -159,14 +160,20 @@ def _parse_fields_json(raw: str) -> list[FieldDefinition]:
 @click.argument("slug")
 @click.option("--label", help="Display label (default: the slug, title-cased).")
 @click.option("--field", "field_specs", multiple=True, help="SLUG:TYPE[:required]; repeatable.")
-@click.option("--fields-json", help='JSON list, e.g. [{"slug": "gallery", "type": "repeater", '
-              '"validation": {"subFields": [{"slug": "image", "type": "image"}]}}].')  # fmt: skip
+@click.option(
+    "--fields-json",
+    help='JSON list, e.g. [{"slug": "gallery", "type": "repeater", '
+    '"validation": {"subFields": [{"slug": "image", "type": "image"}]}}].',
+)
 @database_url_option
 @handle_errors
 def collections_create(
-    slug: str, label: str | None, field_specs: tuple[str, ...], fields_json: str | None,
+    slug: str,
+    label: str | None,
+    field_specs: tuple[str, ...],
+    fields_json: str | None,
     database_url: str,
-) -> None:  # fmt: skip
+) -> None:
     """Create a collection, its ec_<slug> table and its status row."""
     from domain.content_model import validate_collection_slug, validate_fields
     from repository.collections import CollectionRegistry
@@ -195,10 +202,14 @@ def collections_list(as_json: bool, database_url: str) -> None:
     engine = open_engine(database_url)
     registry = CollectionRegistry(engine)
     rows = [
-        {"id": c.id, "slug": c.slug, "label": c.label,
-         "fields": [{"slug": f.slug, "type": f.type} for f in registry.fields(c.id)]}
+        {
+            "id": c.id,
+            "slug": c.slug,
+            "label": c.label,
+            "fields": [{"slug": f.slug, "type": f.type} for f in registry.fields(c.id)],
+        }
         for c in registry.list()
-    ]  # fmt: skip
+    ]
     engine.dispose()
     if as_json:
         click.echo(json.dumps({"collections": rows}, indent=2))
@@ -206,3 +217,264 @@ def collections_list(as_json: bool, database_url: str) -> None:
     for row in rows:
         fields = ", ".join(f"{f['slug']}:{f['type']}" for f in row["fields"])
         click.echo(f"{row['slug']:<24} {row['id']}  {fields}")
+
+
+@main.command("repair")
+@click.option("--collection", "slug", required=True, help="Collection slug to rescan.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@database_url_option
+@handle_errors
+def repair_command(slug: str, as_json: bool, database_url: str) -> None:
+    """Rescan a collection now, at its current epoch, and finalise its coverage.
+
+    Exits 1 when the result is not complete (a write raced the repair, or entries failed).
+    """
+    from domain.content_model import validate_collection_slug
+    from repository.repair import repair_collection
+
+    validate_collection_slug(slug)
+    engine = open_engine(database_url)
+    with click.progressbar(length=1, label=f"repairing {slug}", file=sys.stderr) as bar:
+
+        def progress(done: int, total: int) -> None:
+            bar.length = max(total, 1)
+            bar.update(done - bar.pos)
+
+        result = repair_collection(engine, slug, progress=progress)
+    engine.dispose()
+    payload = {
+        "collection": result.collection_slug,
+        "status": result.status,
+        "indexed": result.indexed,
+        "failed": result.failed,
+        "skipped": result.skipped,
+        "removed": result.removed,
+        "error_code": result.error_code,
+    }
+    if as_json:
+        click.echo(json.dumps(payload, indent=2))
+    else:
+        click.echo(
+            f"{slug}: {result.status} (indexed {result.indexed}, failed {result.failed}, "
+            f"skipped {result.skipped}, removed {result.removed})"
+            + (f" [{result.error_code}]" if result.error_code else "")
+        )
+    if result.status != "complete":
+        raise Outcome(f"repair of {slug} ended {result.status}: {result.error_code}")
+
+
+def _table(headers: list[str], rows: list[list[Any]]) -> None:
+    """An aligned plain-text table."""
+    cells = [[("-" if v is None else str(v)) for v in row] for row in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+    click.echo("  ".join(h.ljust(widths[i]) for i, h in enumerate(headers)).rstrip())
+    for row in cells:
+        click.echo("  ".join(v.ljust(widths[i]) for i, v in enumerate(row)).rstrip())
+
+
+@main.group()
+def work() -> None:
+    """The durable work queue."""
+
+
+@work.command("list")
+@click.option("--collection", "slug", required=True, help="Collection slug.")
+@click.option("--state", type=click.Choice(["pending", "retry", "leased", "failed"]))
+@click.option("--limit", type=click.IntRange(1, 100), default=50, show_default=True)
+@click.option("--cursor", default=None, help="next_cursor of the previous page.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@database_url_option
+@handle_errors
+def work_list(
+    slug: str, state: str | None, limit: int, cursor: str | None, as_json: bool, database_url: str
+) -> None:
+    """List a collection's work, newest first (lease tokens are never shown)."""
+    from dataclasses import asdict
+
+    from domain.cursor import decode_cursor
+    from repository.work import MediaUsageWorkRepository
+
+    decode_cursor(cursor)  # reject a bad cursor before connecting
+    engine = open_engine(database_url)
+    page = MediaUsageWorkRepository(engine).find_operator_page(
+        collection_slug=slug, state=state, limit=limit, cursor=cursor
+    )
+    engine.dispose()
+    if page is None:
+        raise Outcome(f"collection {slug!r} not found")
+    if as_json:
+        items = [asdict(item) for item in page.items]
+        click.echo(
+            json.dumps(
+                {"collection": slug, "items": items, "next_cursor": page.next_cursor}, indent=2
+            )
+        )
+        return
+    _table(
+        ["CONTENT", "STATE", "ATTEMPTS", "NEXT ATTEMPT", "LEASE EXPIRES", "ERROR", "UPDATED"],
+        [
+            [
+                i.content_id,
+                i.state,
+                i.attempt_count,
+                i.next_attempt_at,
+                i.lease_expires_at,
+                i.last_error_code,
+                i.updated_at,
+            ]
+            for i in page.items
+        ],
+    )
+    if page.next_cursor:
+        click.echo(f"next page: --cursor {page.next_cursor}")
+
+
+@work.command("retry")
+@click.option("--collection-id", required=True)
+@click.option("--content-id", required=True)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@database_url_option
+@handle_errors
+def work_retry(collection_id: str, content_id: str, as_json: bool, database_url: str) -> None:
+    """Make an entry's work pending now (failed, retrying or abandoned work, or none at all)."""
+    from dataclasses import asdict
+
+    from domain import validation
+
+    validation.identity(collection_id, content_id)
+    from repository.work import MediaUsageWorkRepository
+
+    engine = open_engine(database_url)
+    result = MediaUsageWorkRepository(engine).retry_operator_work(
+        collection_id=collection_id, content_id=content_id
+    )
+    engine.dispose()
+    payload = {
+        "outcome": result.outcome,
+        "changed": result.changed,
+        "work": asdict(result.work) if result.work else None,
+        "lease_expires_at": result.lease_expires_at,
+    }
+    if as_json:
+        click.echo(json.dumps(payload, indent=2))
+    elif result.outcome == "pending":
+        click.echo(f"pending ({'reopened' if result.changed else 'already pending'})")
+    if result.outcome != "pending":
+        detail = f" until {result.lease_expires_at}" if result.lease_expires_at else ""
+        raise Outcome(f"{result.outcome}{detail}")
+
+
+@main.command("status")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@database_url_option
+@handle_errors
+def status_command(as_json: bool, database_url: str) -> None:
+    """Coverage, epoch, work counts, oldest due item and latest failures per collection."""
+    from dataclasses import asdict
+
+    from repository.status import overview
+
+    engine = open_engine(database_url)
+    capture, aggregate, details = overview(engine)
+    engine.dispose()
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "capture": capture,
+                    "coverage": aggregate,
+                    "collections": [asdict(d) for d in details],
+                },
+                indent=2,
+            )
+        )
+        return
+    click.echo(f"capture: {capture}    coverage: {aggregate}")
+    _table(
+        [
+            "COLLECTION",
+            "COVERAGE",
+            "EPOCH",
+            "PENDING",
+            "RETRY",
+            "LEASED",
+            "FAILED",
+            "OLDEST DUE (s)",
+        ],
+        [
+            [
+                d.slug,
+                d.coverage,
+                d.change_epoch,
+                d.work["pending"],
+                d.work["retry"],
+                d.work["leased"],
+                d.work["failed"],
+                d.oldest_due_age_seconds,
+            ]
+            for d in details
+        ],
+    )
+    for d in details:
+        for item in d.failed:
+            click.echo(
+                f"failed: {d.slug}/{item['content_id']} {item['error_code']} "
+                f"after {item['attempts']} attempts ({item['updated_at']})"
+            )
+
+
+@main.command("usage")
+@click.argument("media_id")
+@click.option("--limit", type=click.IntRange(1, 100), default=50, show_default=True)
+@click.option("--cursor", default=None, help="next_cursor of the previous page.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@database_url_option
+@handle_errors
+def usage_command(
+    media_id: str, limit: int, cursor: str | None, as_json: bool, database_url: str
+) -> None:
+    """Where a media item is used, with the coverage that says whether "nowhere" is known."""
+    from dataclasses import asdict
+
+    from domain import validation
+    from domain.cursor import SLUG_ORDER, decode_cursor
+    from repository.usage import usage_count, usage_page
+
+    validation.identifier(media_id, "MEDIA_ID must be a non-empty id of at most 1024 characters.")
+    decode_cursor(cursor, SLUG_ORDER)
+    engine = open_engine(database_url)
+    page = usage_page(engine, media_id, limit=limit, cursor=cursor)
+    coverage, count = usage_count(engine, media_id)
+    engine.dispose()
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "media_id": media_id,
+                    "count": count,
+                    "coverage": {"scope": "all_content_collections", "status": coverage.status},
+                    "entries": [asdict(e) for e in page.entries],
+                    "next_cursor": page.next_cursor,
+                },
+                indent=2,
+            )
+        )
+        return
+    known = "unknown (coverage not complete)" if count is None else str(count)
+    click.echo(f"media {media_id}: used by {known} live entries; coverage {coverage.status}")
+    _table(
+        ["COLLECTION", "CONTENT", "TITLE", "STATUS", "TRASHED", "FIELDS"],
+        [
+            [
+                e.collection,
+                e.content_id,
+                e.title,
+                e.status,
+                e.deleted_at,
+                ", ".join(o["field_path"] for s in e.sources for o in s["occurrences"]),
+            ]
+            for e in page.entries
+        ],
+    )
+    if page.next_cursor:
+        click.echo(f"next page: --cursor {page.next_cursor}")
