@@ -119,17 +119,28 @@ def _image_sub_fields(definition: FieldDefinition) -> tuple[str, ...]:
     return tuple(sorted(slugs))
 
 
+def storable(value: str) -> bool:
+    """Text a database can hold: no NUL (PostgreSQL) and valid UTF-8 (no lone surrogates)."""
+    if "\x00" in value:
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def normalize_provider(value: object) -> str | None:
-    """Trimmed provider, ``local`` when absent; ``None`` when it cannot be stored (NUL)."""
+    """Trimmed provider, ``local`` when absent; ``None`` when it cannot be stored."""
     if not isinstance(value, str):
         return "local"
-    if "\x00" in value:
+    if not storable(value):
         return None
     return value.strip() or "local"
 
 
 def stable_id(value: object) -> str | None:
-    if not isinstance(value, str) or "\x00" in value:  # NUL cannot be stored in PostgreSQL text
+    if not isinstance(value, str) or not storable(value):
         return None
     trimmed = value.strip()
     if not trimmed or _URL_LIKE.match(trimmed) or trimmed.startswith(_MEDIA_FILE_PATH):
@@ -143,7 +154,7 @@ def local_id(value: object) -> str | None:
 
 
 def normalize_mime(value: object) -> str | None:
-    if not isinstance(value, str) or "\x00" in value:
+    if not isinstance(value, str) or not storable(value):
         return None
     mime = value.split(";", 1)[0].strip().lower()
     return mime if "/" in mime else None

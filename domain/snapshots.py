@@ -67,8 +67,10 @@ class SnapshotSet:
 
 
 def _text(value: object) -> str | None:
-    """Text slots take strings only; NUL is dropped (PostgreSQL text cannot hold it)."""
-    return value.replace("\x00", "") if isinstance(value, str) else None
+    """Text slots take strings only, made storable: NUL dropped, lone surrogates replaced."""
+    if not isinstance(value, str):
+        return None
+    return value.replace("\x00", "").encode("utf-8", "replace").decode("utf-8")
 
 
 def parse_column(value: object) -> object:

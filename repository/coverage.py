@@ -33,10 +33,29 @@ def _active_status(collection_id: str, slug: str) -> list[sa.ColumnElement[bool]
 def record_incremental_success(engine: sa.Engine, collection_id: str, slug: str) -> None:
     """Note the success; restore ``complete`` only when nothing is pending or being reconciled."""
     with engine.begin() as conn:
-        epoch = conn.execute(
-            sa.select(st.change_epoch).where(*_active_status(collection_id, slug))
-        ).scalar_one_or_none()
-    if epoch is None:
+        current = conn.execute(
+            sa.select(st.change_epoch, st.status, st.reconciliation_required).where(
+                *_active_status(collection_id, slug)
+            )
+        ).first()
+    if current is None:
+        return
+    epoch, status, required = current
+    if required or status not in ("complete", "stale", "partial"):
+        # Nothing to restore: only the success timestamp moves, and at most once a second,
+        # so completions of one collection do not queue on its status row lock.
+        with engine.begin() as conn:
+            conn.execute(
+                index_status.update()
+                .where(
+                    *_active_status(collection_id, slug),
+                    sa.or_(
+                        st.last_incremental_success_at.is_(None),
+                        st.last_incremental_success_at < db_now(-1),
+                    ),
+                )
+                .values(last_incremental_success_at=db_now())
+            )
         return
     restorable = sa.and_(
         st.reconciliation_required == 0,

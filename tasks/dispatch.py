@@ -22,6 +22,9 @@ from tasks.engines import get_engine
 
 log = logging.getLogger(__name__)
 KEY_PREFIX = "media_usage:dispatched"
+# Item messages go behind control messages (ticks, reconciliation): on Redis, priority 0 (the
+# default, used by the beat entries) is consumed first, so a backlog never delays the next tick.
+ITEM_PRIORITY = 6
 _clients: dict[str, redis.Redis] = {}
 
 
@@ -84,6 +87,7 @@ def send(items: Sequence[WorkRecord], ttl: int | None = None) -> list[str]:
                 args=(item.collection_id, item.content_id, item.work_version),
                 expires=ttl,
                 queue=queue_name(),
+                priority=ITEM_PRIORITY,
                 producer=producer,
             )
             sent.append(result.id)

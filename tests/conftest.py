@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from hypothesis import Phase, settings
 
 # celery.contrib.pytest's fixtures, imported by name so they shadow pytest-celery 1.x's Docker ones.
 from celery.contrib.pytest import celery_app, celery_worker  # noqa: F401
@@ -23,6 +24,16 @@ from repository.db import create_engine
 from tests.servers import PostgresServer, RedisServer, ServerUnavailable
 
 DIALECTS = ["sqlite", "postgresql"]
+
+# CI: reproducible examples and no minutes-long shrinking of a failure (its blob is printed).
+settings.register_profile(
+    "ci",
+    derandomize=True,
+    print_blob=True,
+    phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target],
+)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 
 def _unavailable(reason: str) -> None:

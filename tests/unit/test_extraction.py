@@ -215,7 +215,7 @@ json_values = st.recursive(
     | st.integers()
     | st.floats(allow_nan=True)
     | st.text(max_size=20)
-    | st.sampled_from(["m1", " m2 ", "a\x00b", "image/png", "s3"]),
+    | st.sampled_from(["m1", " m2 ", "a\x00b", "image/png", "s3", "\ud810x"]),
     lambda children: (
         st.lists(children, max_size=5)
         | st.dictionaries(
@@ -250,5 +250,8 @@ def test_extraction_never_raises_and_yields_well_formed_occurrences(data: dict) 
         assert occurrence.mime_type is None or "/" in occurrence.mime_type
         assert occurrence.field_path.startswith(occurrence.field_slug)
         payload = occurrence.payload()
-        assert not any("\x00" in v for v in payload.values() if isinstance(v, str))
+        for value in payload.values():
+            if isinstance(value, str):
+                assert "\x00" not in value
+                value.encode("utf-8")  # storable: no lone surrogates
         json.dumps(payload)

@@ -1,0 +1,75 @@
+"""Reconciliation driven only by beat ticks and worker subprocesses."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import sqlalchemy as sa
+
+from domain.content_model import FieldDefinition
+from repository.activation import activate
+from repository.collections import CollectionRegistry
+from repository.db import create_engine
+from tests.acceptance.conftest import wait_for
+from tests.index_oracle import (
+    actual_index,
+    actual_source_keys,
+    expected_index,
+    expected_source_keys,
+)
+from tests.support import status_row
+
+ENTRIES = 10_000
+FIELDS = [
+    FieldDefinition("title", "Title", "string"),
+    FieldDefinition("hero", "Hero", "image"),
+    FieldDefinition(
+        "gallery",
+        "Gallery",
+        "repeater",
+        validation={"subFields": [{"slug": "image", "type": "image"}]},
+    ),
+]
+
+
+@pytest.fixture
+def engine(migrated_url: str):
+    engine = create_engine(migrated_url)
+    yield engine
+    engine.dispose()
+
+
+@pytest.mark.timeout(900)
+def test_entries_from_before_activation_reach_complete_coverage(
+    engine, processes, monkeypatch
+) -> None:
+    posts = CollectionRegistry(engine).create_collection("posts", "Posts", FIELDS)
+    rows = [
+        {
+            "id": f"e{i:05d}",
+            "title": f"Entry {i}",
+            "hero": f"m{i % 97}",
+            "gallery": json.dumps([{"image": f"g{i % 31}"}, {"image": f"m{i % 7}"}]),
+        }
+        for i in range(ENTRIES)
+    ]
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO ec_posts (id, title, hero, gallery) "
+                "VALUES (:id, :title, :hero, :gallery)"
+            ),
+            rows,
+        )
+    activate(engine)
+    processes.env["MEDIA_USAGE_RECONCILE_SECONDS"] = "1"
+    processes.env["MEDIA_USAGE_RECONCILE_DEFER_SECONDS"] = "1"
+    processes.worker(concurrency=2)
+    processes.beat()
+    wait_for(lambda: status_row(engine, posts.id)["status"] == "complete", timeout=600, interval=1)
+    status = status_row(engine, posts.id)
+    assert status["reconciliation_required"] == 0
+    assert len(actual_source_keys(engine)) == ENTRIES
+    assert actual_source_keys(engine) == expected_source_keys(engine)
+    assert actual_index(engine) == expected_index(engine)
