@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from hypothesis import Phase, settings
 
 # celery.contrib.pytest's fixtures, imported by name so they shadow pytest-celery 1.x's Docker ones.
 from celery.contrib.pytest import celery_app, celery_worker  # noqa: F401
+from hypothesis import Phase, settings
 
 from repository.db import create_engine
 from tests.servers import PostgresServer, RedisServer, ServerUnavailable
