@@ -58,14 +58,19 @@ class Limits:
     def from_env(cls, env: Mapping[str, str] | None = None) -> Limits:
         env = os.environ if env is None else env
         return cls(
-            max_occurrences=_positive(env, "MEDIA_USAGE_MAX_OCCURRENCES", cls.max_occurrences),
-            max_index_bytes=_positive(env, "MEDIA_USAGE_MAX_INDEX_BYTES", cls.max_index_bytes),
+            max_occurrences=positive_setting(
+                env, "MEDIA_USAGE_MAX_OCCURRENCES", cls.max_occurrences
+            ),
+            max_index_bytes=positive_setting(
+                env, "MEDIA_USAGE_MAX_INDEX_BYTES", cls.max_index_bytes
+            ),
         )
 
 
-def _positive(env: Mapping[str, str], name: str, default: int) -> int:
-    raw = env.get(name)
-    if raw is None or raw.strip() == "":
+def positive_setting(env: Mapping[str, str], name: str, default: int) -> int:
+    """A whole-number setting from the environment; blank means ``default``."""
+    raw = (env.get(name) or "").strip()
+    if not raw:
         return default
     try:
         value = int(raw)

@@ -40,20 +40,26 @@ def _status_row_for(collection_id: str, slug: str) -> sa.ColumnElement[bool]:
     )
 
 
+def _fresh_status_row(collection_id: str, slug: str, capture_state: str | None) -> dict:
+    """A never-indexed collection's status row: coverage must come from reconciliation."""
+    return {
+        "adapter_id": schema.ADAPTER_ID,
+        "scope_type": schema.SCOPE_TYPE,
+        "scope_key": slug,
+        "status": "never",
+        "collection_id": collection_id,
+        "change_epoch": 0,
+        "reconciliation_required": 1,
+        "capture_state": capture_state,
+        "updated_at": db_now(),
+    }
+
+
 def prepare_new_collection(conn: sa.Connection, collection_id: str, slug: str) -> None:
-    """Insert the new collection's status row: ``never``, reconciliation required."""
+    """Insert the new collection's status row (``installing`` while capture is active)."""
+    capture_state = "installing" if is_activation_active(conn) else None
     conn.execute(
-        schema.index_status.insert().values(
-            adapter_id=schema.ADAPTER_ID,
-            scope_type=schema.SCOPE_TYPE,
-            scope_key=slug,
-            status="never",
-            collection_id=collection_id,
-            change_epoch=0,
-            reconciliation_required=1,
-            capture_state="installing" if is_activation_active(conn) else None,
-            updated_at=db_now(),
-        )
+        schema.index_status.insert().values(**_fresh_status_row(collection_id, slug, capture_state))
     )
 
 
@@ -75,17 +81,7 @@ def finish_new_collection(conn: sa.Connection, collection_id: str, slug: str) ->
 def _prepare_for_activation(conn: sa.Connection, collection_id: str, slug: str) -> None:
     """Upsert the status row to ``installing``; coverage so far is not trusted (reconcile)."""
     insert = insert_factory(conn.engine)(schema.index_status)
-    statement = insert.values(
-        adapter_id=schema.ADAPTER_ID,
-        scope_type=schema.SCOPE_TYPE,
-        scope_key=slug,
-        status="never",
-        collection_id=collection_id,
-        change_epoch=0,
-        reconciliation_required=1,
-        capture_state="installing",
-        updated_at=db_now(),
-    )
+    statement = insert.values(**_fresh_status_row(collection_id, slug, "installing"))
     was_trusted = _status.status.in_(("complete", "running"))
     statement = statement.on_conflict_do_update(
         index_elements=[_status.adapter_id, _status.scope_type, _status.scope_key],

@@ -39,6 +39,10 @@ from repository.upsert import insert_factory
 
 w = work.c
 _status = index_status.c
+# Work rows count only while their (collection id, slug) is still the registered collection.
+_current_identity = sa.and_(
+    collections.c.id == w.collection_id, collections.c.slug == w.collection_slug
+)
 
 
 def _record(row: sa.Row[Any]) -> WorkRecord:
@@ -269,13 +273,7 @@ class MediaUsageWorkRepository:
             for one_state in [wanted] if wanted else check.WORK_STATES:
                 query = (
                     sa.select(work)
-                    .join(
-                        collections,
-                        sa.and_(
-                            collections.c.id == w.collection_id,
-                            collections.c.slug == w.collection_slug,
-                        ),
-                    )
+                    .join(collections, _current_identity)
                     .where(
                         w.collection_id == collection.id,
                         w.collection_slug == collection.slug,
@@ -530,13 +528,7 @@ class MediaUsageWorkRepository:
         with self.engine.begin() as conn:
             row = conn.execute(
                 sa.select(work)
-                .join(
-                    collections,
-                    sa.and_(
-                        collections.c.id == w.collection_id,
-                        collections.c.slug == w.collection_slug,
-                    ),
-                )
+                .join(collections, _current_identity)
                 .where(w.collection_slug == collection_slug, w.content_id == content_id)
             ).first()
         return None if row is None else _record(row)

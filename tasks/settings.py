@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-from domain.errors import InvalidArgument
+from domain.policy import positive_setting
 
 DEFAULT_DATABASE_URL = "sqlite:///media_usage.db"
 LEASE_SECONDS = 60
@@ -24,16 +24,7 @@ def database_url() -> str:
 
 
 def positive_int(name: str, default: int) -> int:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise InvalidArgument(f"{name} must be a positive whole number, not {raw!r}.") from None
-    if value < 1:
-        raise InvalidArgument(f"{name} must be a positive whole number, not {raw!r}.")
-    return value
+    return positive_setting(os.environ, name, default)
 
 
 def lease_seconds() -> int:

@@ -13,6 +13,16 @@ from repository.clock import db_now
 from repository.collections import Collection, CollectionRegistry
 from repository.schema import index_status, work
 
+GALLERY_FIELD = FieldDefinition(
+    "gallery", "Gallery", "repeater", validation={"subFields": [{"slug": "image", "type": "image"}]}
+)
+# The fields most tests use: a display title, an image, a repeater of images.
+SAMPLE_FIELDS = [
+    FieldDefinition("title", "Title", "string"),
+    FieldDefinition("hero", "Hero", "image"),
+    GALLERY_FIELD,
+]
+
 PAST = "2000-01-01T00:00:00.000Z"
 FUTURE = "2999-01-01T00:00:00.000Z"
 SORTABLE = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"

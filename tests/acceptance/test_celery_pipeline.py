@@ -12,7 +12,6 @@ import redis
 import sqlalchemy as sa
 from celery.signals import task_success
 
-from domain.content_model import FieldDefinition
 from repository.db import create_engine
 from repository.work import MediaUsageWorkRepository
 from tests.acceptance.conftest import wait_for, work_rows
@@ -22,18 +21,9 @@ from tests.index_oracle import (
     expected_index,
     expected_source_keys,
 )
-from tests.support import active_collection, get_work
+from tests.support import SAMPLE_FIELDS, active_collection, get_work
 
-FIELDS = [
-    FieldDefinition("title", "Title", "string"),
-    FieldDefinition("hero", "Hero", "image"),
-    FieldDefinition(
-        "gallery",
-        "Gallery",
-        "repeater",
-        validation={"subFields": [{"slug": "image", "type": "image"}]},
-    ),
-]
+FIELDS = SAMPLE_FIELDS
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ import json
 import pytest
 import sqlalchemy as sa
 
-from domain.content_model import FieldDefinition
 from repository.activation import activate
 from repository.collections import CollectionRegistry
 from repository.db import create_engine
@@ -18,18 +17,9 @@ from tests.index_oracle import (
     expected_index,
     expected_source_keys,
 )
-from tests.support import status_row
+from tests.support import SAMPLE_FIELDS, status_row
 
-FIELDS = [
-    FieldDefinition("title", "Title", "string"),
-    FieldDefinition("hero", "Hero", "image"),
-    FieldDefinition(
-        "gallery",
-        "Gallery",
-        "repeater",
-        validation={"subFields": [{"slug": "image", "type": "image"}]},
-    ),
-]
+FIELDS = SAMPLE_FIELDS
 
 
 @pytest.fixture

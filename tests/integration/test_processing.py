@@ -17,18 +17,21 @@ from repository.refresh import refresh_entry
 from repository.usage import MediaNotFound, usage_count, usage_page
 from repository.work import MediaUsageWorkRepository
 from tests.index_oracle import actual_index, expected_index
-from tests.support import PAST, active_collection, drain, get_work, set_work, status_row
+from tests.support import (
+    GALLERY_FIELD,
+    PAST,
+    active_collection,
+    drain,
+    get_work,
+    set_work,
+    status_row,
+)
 
 FIELDS = [
     FieldDefinition("title", "Title", "string"),
     FieldDefinition("hero", "Hero", "image"),
     FieldDefinition("doc", "Doc", "file"),
-    FieldDefinition(
-        "gallery",
-        "Gallery",
-        "repeater",
-        validation={"subFields": [{"slug": "image", "type": "image"}]},
-    ),
+    GALLERY_FIELD,
     FieldDefinition("body", "Body", "portableText"),
 ]
 

@@ -7,7 +7,6 @@ import json
 import pytest
 import sqlalchemy as sa
 
-from domain.content_model import FieldDefinition
 from repository.activation import activate
 from repository.collections import CollectionRegistry
 from repository.reconciliation import Reconciler
@@ -17,18 +16,9 @@ from tests.index_oracle import (
     expected_index,
     expected_source_keys,
 )
-from tests.support import PAST, drain, status_row
+from tests.support import PAST, SAMPLE_FIELDS, drain, status_row
 
-FIELDS = [
-    FieldDefinition("title", "Title", "string"),
-    FieldDefinition("hero", "Hero", "image"),
-    FieldDefinition(
-        "gallery",
-        "Gallery",
-        "repeater",
-        validation={"subFields": [{"slug": "image", "type": "image"}]},
-    ),
-]
+FIELDS = SAMPLE_FIELDS
 
 
 def write(engine: sa.Engine, statement: str, rows: list[dict] | dict | None = None) -> None:
