@@ -11,7 +11,7 @@ from repository.reconciliation import Reconciler
 from tasks import settings
 from tasks.app import app
 from tasks.engines import get_engine
-from tasks.work import _emit
+from tasks.events import emit
 
 
 @app.task(name="media_usage.reconcile_tick", bind=True, ignore_result=True)
@@ -27,5 +27,5 @@ def reconcile_tick(self: Task) -> dict[str, Any]:
         "actions": dict(Counter(r.action for r in reports)),
         "collections": sorted({r.collection_slug for r in reports}),
     }
-    _emit(self, "task-media-usage-reconcile", summary)
+    emit(self, "task-media-usage-reconcile", summary)
     return summary

@@ -17,19 +17,12 @@ from repository.work import MediaUsageWorkRepository
 from tasks import dispatch, settings
 from tasks.app import app
 from tasks.engines import get_engine
+from tasks.events import emit
 
 log = logging.getLogger(__name__)
 PAGE = 100
 # Expired leases first (their holders died), then retries, then fresh work.
 DUE_STATES = ("leased", "retry", "pending")
-
-
-def _emit(task: Task, event: str, fields: dict[str, Any]) -> None:
-    """A custom event for Flower and other monitors; never fails the task."""
-    try:
-        task.send_event(event, **fields)
-    except Exception:
-        log.debug("could not send %s event", event, exc_info=True)
 
 
 @app.task(name="media_usage.tick", bind=True, ignore_result=True)
@@ -63,7 +56,7 @@ def tick(self: Task) -> dict[str, Any]:
         "oldest_due_age_seconds": round(seconds_between(oldest, now), 3) if oldest else 0.0,
         "duration_ms": round((time.monotonic() - started) * 1000, 1),
     }
-    _emit(self, "task-media-usage-tick", summary)
+    emit(self, "task-media-usage-tick", summary)
     return summary
 
 
@@ -92,5 +85,5 @@ def process_work(
         result = {"outcome": "claim_lost", "reason": "invalid message"}
     else:
         dispatch.release(collection_id, content_id, work_version)
-    _emit(self, "task-media-usage-outcome", result)
+    emit(self, "task-media-usage-outcome", result)
     return result
