@@ -9,7 +9,8 @@ from __future__ import annotations
 import functools
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import click
@@ -57,10 +58,16 @@ def database_url_option(command: F) -> F:
     )(command)
 
 
-def open_engine(database_url: str) -> sa.Engine:
+@contextmanager
+def open_engine(database_url: str) -> Iterator[sa.Engine]:
+    """The engine for one command, disposed however the command ends."""
     from repository.db import create_engine
 
-    return create_engine(database_url)
+    engine = create_engine(database_url)
+    try:
+        yield engine
+    finally:
+        engine.dispose()
 
 
 @click.group()
@@ -80,10 +87,9 @@ def db_upgrade(database_url: str) -> None:
     """Apply every migration (idempotent)."""
     from repository.migrate import current_revision, upgrade
 
-    engine = open_engine(database_url)
-    upgrade(engine)
-    click.echo(f"database at revision {current_revision(engine)}")
-    engine.dispose()
+    with open_engine(database_url) as engine:
+        upgrade(engine)
+        click.echo(f"database at revision {current_revision(engine)}")
 
 
 @db.command("downgrade")
@@ -94,10 +100,9 @@ def db_downgrade(database_url: str, revision: str) -> None:
     """Revert migrations; refused while media usage state exists."""
     from repository.migrate import current_revision, downgrade
 
-    engine = open_engine(database_url)
-    downgrade(engine, revision)
-    click.echo(f"database at revision {current_revision(engine) or 'base'}")
-    engine.dispose()
+    with open_engine(database_url) as engine:
+        downgrade(engine, revision)
+        click.echo(f"database at revision {current_revision(engine) or 'base'}")
 
 
 @main.command("activate")
@@ -111,9 +116,8 @@ def activate_command(database_url: str) -> None:
     """
     from repository.activation import activate
 
-    engine = open_engine(database_url)
-    slugs = activate(engine)
-    engine.dispose()
+    with open_engine(database_url) as engine:
+        slugs = activate(engine)
     click.echo(f"capture active on {len(slugs)} collection(s): {', '.join(slugs) or '-'}")
 
 
@@ -183,12 +187,11 @@ def collections_create(
     if fields_json:
         definitions += _parse_fields_json(fields_json)
     validate_fields(definitions)
-    engine = open_engine(database_url)
-    collection = CollectionRegistry(engine).create_collection(
-        slug, label or slug.replace("_", " ").title(), definitions
-    )
-    click.echo(f"created collection {collection.slug} ({collection.id})")
-    engine.dispose()
+    with open_engine(database_url) as engine:
+        collection = CollectionRegistry(engine).create_collection(
+            slug, label or slug.replace("_", " ").title(), definitions
+        )
+        click.echo(f"created collection {collection.slug} ({collection.id})")
 
 
 @collections.command("list")
@@ -199,18 +202,17 @@ def collections_list(as_json: bool, database_url: str) -> None:
     """List collections."""
     from repository.collections import CollectionRegistry
 
-    engine = open_engine(database_url)
-    registry = CollectionRegistry(engine)
-    rows = [
-        {
-            "id": c.id,
-            "slug": c.slug,
-            "label": c.label,
-            "fields": [{"slug": f.slug, "type": f.type} for f in registry.fields(c.id)],
-        }
-        for c in registry.list()
-    ]
-    engine.dispose()
+    with open_engine(database_url) as engine:
+        registry = CollectionRegistry(engine)
+        rows = [
+            {
+                "id": c.id,
+                "slug": c.slug,
+                "label": c.label,
+                "fields": [{"slug": f.slug, "type": f.type} for f in registry.fields(c.id)],
+            }
+            for c in registry.list()
+        ]
     if as_json:
         click.echo(json.dumps({"collections": rows}, indent=2))
         return
@@ -233,15 +235,14 @@ def repair_command(slug: str, as_json: bool, database_url: str) -> None:
     from repository.repair import repair_collection
 
     validate_collection_slug(slug)
-    engine = open_engine(database_url)
-    with click.progressbar(length=1, label=f"repairing {slug}", file=sys.stderr) as bar:
+    bar = click.progressbar(length=1, label=f"repairing {slug}", file=sys.stderr)
+    with open_engine(database_url) as engine, bar:
 
         def progress(done: int, total: int) -> None:
             bar.length = max(total, 1)
             bar.update(done - bar.pos)
 
         result = repair_collection(engine, slug, progress=progress)
-    engine.dispose()
     payload = {
         "collection": result.collection_slug,
         "status": result.status,
@@ -295,11 +296,10 @@ def work_list(
     from repository.work import MediaUsageWorkRepository
 
     decode_cursor(cursor)  # reject a bad cursor before connecting
-    engine = open_engine(database_url)
-    page = MediaUsageWorkRepository(engine).find_operator_page(
-        collection_slug=slug, state=state, limit=limit, cursor=cursor
-    )
-    engine.dispose()
+    with open_engine(database_url) as engine:
+        page = MediaUsageWorkRepository(engine).find_operator_page(
+            collection_slug=slug, state=state, limit=limit, cursor=cursor
+        )
     if page is None:
         raise Outcome(f"collection {slug!r} not found")
     if as_json:
@@ -344,11 +344,10 @@ def work_retry(collection_id: str, content_id: str, as_json: bool, database_url:
     validation.identity(collection_id, content_id)
     from repository.work import MediaUsageWorkRepository
 
-    engine = open_engine(database_url)
-    result = MediaUsageWorkRepository(engine).retry_operator_work(
-        collection_id=collection_id, content_id=content_id
-    )
-    engine.dispose()
+    with open_engine(database_url) as engine:
+        result = MediaUsageWorkRepository(engine).retry_operator_work(
+            collection_id=collection_id, content_id=content_id
+        )
     payload = {
         "outcome": result.outcome,
         "changed": result.changed,
@@ -374,9 +373,8 @@ def status_command(as_json: bool, database_url: str) -> None:
 
     from repository.status import overview
 
-    engine = open_engine(database_url)
-    capture, aggregate, details = overview(engine)
-    engine.dispose()
+    with open_engine(database_url) as engine:
+        capture, aggregate, details = overview(engine)
     if as_json:
         click.echo(
             json.dumps(
@@ -442,10 +440,9 @@ def usage_command(
 
     validation.identifier(media_id, "MEDIA_ID must be a non-empty id of at most 1024 characters.")
     decode_cursor(cursor, SLUG_ORDER)
-    engine = open_engine(database_url)
-    page = usage_page(engine, media_id, limit=limit, cursor=cursor)
-    coverage, count = usage_count(engine, media_id)
-    engine.dispose()
+    with open_engine(database_url) as engine:
+        page = usage_page(engine, media_id, limit=limit, cursor=cursor)
+        coverage, count = usage_count(engine, media_id)
     if as_json:
         click.echo(
             json.dumps(

@@ -34,6 +34,16 @@ def work_rows(engine: sa.Engine) -> int:
 
 
 @pytest.fixture
+def engine(migrated_url: str) -> Iterator[sa.Engine]:
+    """Acceptance tests always start from a migrated database."""
+    from repository.db import create_engine
+
+    engine = create_engine(migrated_url)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
 def broker_url(redis_url: str) -> str:
     client = redis.Redis.from_url(redis_url)
     client.flushdb()

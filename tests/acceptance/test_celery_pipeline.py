@@ -12,7 +12,6 @@ import redis
 import sqlalchemy as sa
 from celery.signals import task_success
 
-from repository.db import create_engine
 from repository.work import MediaUsageWorkRepository
 from tests.acceptance.conftest import wait_for, work_rows
 from tests.index_oracle import (
@@ -23,19 +22,10 @@ from tests.index_oracle import (
 )
 from tests.support import SAMPLE_FIELDS, active_collection, get_work
 
-FIELDS = SAMPLE_FIELDS
-
-
-@pytest.fixture
-def engine(migrated_url: str):
-    engine = create_engine(migrated_url)
-    yield engine
-    engine.dispose()
-
 
 @pytest.fixture
 def posts(engine):
-    return active_collection(engine, "posts", FIELDS)
+    return active_collection(engine, "posts", SAMPLE_FIELDS)
 
 
 def write_entries(engine: sa.Engine, count: int, prefix: str = "e") -> None:

@@ -9,7 +9,6 @@ import sqlalchemy as sa
 
 from repository.activation import activate
 from repository.collections import CollectionRegistry
-from repository.db import create_engine
 from tests.acceptance.conftest import wait_for
 from tests.index_oracle import (
     actual_index,
@@ -19,18 +18,9 @@ from tests.index_oracle import (
 )
 from tests.support import SAMPLE_FIELDS, status_row
 
-FIELDS = SAMPLE_FIELDS
-
-
-@pytest.fixture
-def engine(migrated_url: str):
-    engine = create_engine(migrated_url)
-    yield engine
-    engine.dispose()
-
 
 def reconcile_pre_existing(engine: sa.Engine, processes, entries: int, timeout: float) -> None:
-    posts = CollectionRegistry(engine).create_collection("posts", "Posts", FIELDS)
+    posts = CollectionRegistry(engine).create_collection("posts", "Posts", SAMPLE_FIELDS)
     rows = [
         {
             "id": f"e{i:05d}",
