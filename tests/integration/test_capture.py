@@ -227,3 +227,14 @@ def test_concurrent_writers_lose_no_epoch(db: sa.Engine) -> None:
             sa.text("SELECT change_epoch FROM _emdash_media_usage_work")
         ).scalars()
         assert sorted(epochs) == list(range(1, 1001))
+
+
+def test_remove_drops_every_capture_trigger_of_the_table(db: sa.Engine) -> None:
+    posts = active_collection(db, "posts", FIELDS)
+    with db.begin() as conn:
+        triggers.remove(conn, "posts")
+        assert triggers.owned_triggers(conn, "posts") == []
+    write(db, "INSERT INTO ec_posts (id) VALUES ('after')")  # no longer captured
+    assert get_work(db, posts.id, "after") is None
+    with pytest.raises(ValueError), db.begin() as conn:
+        triggers.remove(conn, "x; drop table ec_posts")
