@@ -113,3 +113,25 @@ def test_activate_command(migrated_url: str) -> None:
         state = conn.execute(sa.text("SELECT state FROM _emdash_media_usage_activation")).scalar()
     engine.dispose()
     assert state == "active"
+
+
+def test_db_downgrade_refused_then_allowed(migrated_url: str) -> None:
+    runner = CliRunner()
+    runner.invoke(main, ["collections", "create", "posts", "--database-url", migrated_url])
+    refused = runner.invoke(main, ["db", "downgrade", "--database-url", migrated_url])
+    assert refused.exit_code == 1 and "Downgrade refused: 1 collection(s)" in refused.output
+    assert current_revision(migrated_url) == "0002_media_usage_tables"
+    partial = runner.invoke(
+        main,
+        [
+            "db",
+            "downgrade",
+            "--revision",
+            "0001_core_content_registry",
+            "--database-url",
+            migrated_url,
+        ],
+    )
+    assert partial.exit_code == 0, partial.output
+    assert current_revision(migrated_url) == "0001_core_content_registry"
+    assert runner.invoke(main, ["db", "upgrade", "--database-url", migrated_url]).exit_code == 0
