@@ -13,6 +13,7 @@ from domain.errors import MediaUsageError
 from repository import schema, triggers
 from repository.clock import db_now
 from repository.content_tables import content_table_name
+from repository.identity import status_row
 from repository.upsert import insert_factory
 
 
@@ -32,12 +33,7 @@ def is_activation_active(conn: sa.Connection) -> bool:
 
 
 def _status_row_for(collection_id: str, slug: str) -> sa.ColumnElement[bool]:
-    return sa.and_(
-        _status.adapter_id == schema.ADAPTER_ID,
-        _status.scope_type == schema.SCOPE_TYPE,
-        _status.scope_key == slug,
-        _status.collection_id == collection_id,
-    )
+    return sa.and_(*status_row(collection_id, slug))
 
 
 def _fresh_status_row(collection_id: str, slug: str, capture_state: str | None) -> dict:

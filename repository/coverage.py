@@ -5,10 +5,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 from repository.clock import db_now
+from repository.identity import registered, status_row
 from repository.schema import (
-    ADAPTER_ID,
-    SCOPE_TYPE,
-    collections,
     index_status,
     reconciliations,
     work,
@@ -19,14 +17,9 @@ st = index_status.c
 
 def _active_status(collection_id: str, slug: str) -> list[sa.ColumnElement[bool]]:
     return [
-        st.adapter_id == ADAPTER_ID,
-        st.scope_type == SCOPE_TYPE,
-        st.collection_id == collection_id,
-        st.scope_key == slug,
+        *status_row(collection_id, slug),
         st.capture_state == "active",
-        sa.exists(
-            sa.select(1).where(collections.c.id == collection_id, collections.c.slug == slug)
-        ),
+        registered(collection_id, slug),
     ]
 
 
@@ -109,15 +102,8 @@ def record_incremental_failure(
         conn.execute(
             index_status.update()
             .where(
-                st.adapter_id == ADAPTER_ID,
-                st.scope_type == SCOPE_TYPE,
-                st.collection_id == collection_id,
-                st.scope_key == slug,
-                sa.exists(
-                    sa.select(1).where(
-                        collections.c.id == collection_id, collections.c.slug == slug
-                    )
-                ),
+                *status_row(collection_id, slug),
+                registered(collection_id, slug),
                 failed_row,
             )
             .values(

@@ -19,7 +19,7 @@ from domain import policy
 from domain.snapshots import ContentEntry
 from repository import coverage
 from repository.heartbeat import LeaseHeartbeat
-from repository.projection import collection_exists
+from repository.identity import registered
 from repository.refresh import refresh_entry
 from repository.work import MediaUsageWorkRepository, live_lease_exists
 
@@ -129,6 +129,6 @@ def _collection_present(engine: sa.Engine, entry: ContentEntry) -> bool:
     with engine.begin() as conn:
         return bool(
             conn.execute(
-                sa.select(collection_exists(entry.collection_id, entry.collection_slug))
+                sa.select(registered(entry.collection_id, entry.collection_slug))
             ).scalar_one()
         )

@@ -20,6 +20,7 @@ import sqlalchemy as sa
 from domain.snapshots import ContentEntry, Revision, Snapshot, source_key
 from repository.clock import db_now
 from repository.content_tables import content_table_name
+from repository.identity import registered
 from repository.ids import new_ulid
 from repository.schema import collections, occurrences, revisions, sources
 from repository.upsert import insert_factory
@@ -53,12 +54,6 @@ class PromotionLost(Exception):
 def content_table(slug: str, columns: Sequence[str]) -> sa.TableClause:
     """A lightweight handle on ``ec_<slug>`` naming only ``columns`` (quoted by SQLAlchemy)."""
     return sa.table(content_table_name(slug), *(sa.column(name) for name in columns))
-
-
-def collection_exists(collection_id: Any, slug: Any) -> sa.Exists:
-    return sa.exists(
-        sa.select(1).where(collections.c.id == collection_id, collections.c.slug == slug)
-    )
 
 
 def load_entry(
@@ -143,7 +138,7 @@ def still_unchanged(conn: sa.Connection, snapshot: Snapshot, observed: Mapping[s
         conn.execute(
             sa.select(1).where(
                 *_matches(observed),
-                collection_exists(source["collection_id"], source["collection_slug"]),
+                registered(source["collection_id"], source["collection_slug"]),
             )
         ).first()
         is not None
@@ -204,7 +199,7 @@ def replace_source_if_matching(
                 "updated_at": now,
             }
             guards = [
-                collection_exists(source["collection_id"], source["collection_slug"]),
+                registered(source["collection_id"], source["collection_slug"]),
                 _content_unchanged(snapshot),
                 *fence,
             ]
@@ -258,7 +253,7 @@ def delete_source_if_matching(
     guards = [
         *fence,
         *_matches(observed),
-        collection_exists(observed["collection_id"], observed["collection_slug"]),
+        registered(observed["collection_id"], observed["collection_slug"]),
     ]
     if content_absent:
         content = content_table(observed["collection_slug"], ["id"])

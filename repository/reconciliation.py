@@ -26,12 +26,12 @@ from repository.activation import is_activation_active
 from repository.clock import db_now, is_due, is_live_by_text
 from repository.collections import load_fields
 from repository.content_tables import content_table_name
+from repository.identity import registered, status_row
 from repository.ids import new_ulid
 from repository.schema import (
     ADAPTER_ID,
     SCOPE_TYPE,
     collection_deletions,
-    collections,
     index_status,
     reconciliations,
     sources,
@@ -70,12 +70,7 @@ def field_fingerprint(conn: sa.Connection, collection_id: str) -> str:
 
 
 def _status_of(row: Any) -> list[sa.ColumnElement[bool]]:
-    return [
-        st.adapter_id == ADAPTER_ID,
-        st.scope_type == SCOPE_TYPE,
-        st.collection_id == row.collection_id,
-        st.scope_key == row.collection_slug,
-    ]
+    return status_row(row.collection_id, row.collection_slug)
 
 
 def _owns_run(row: Any, epoch: Any) -> list[sa.ColumnElement[bool]]:
@@ -88,14 +83,6 @@ def _owns_run(row: Any, epoch: Any) -> list[sa.ColumnElement[bool]]:
         st.cursor == row.run_token,
         st.change_epoch == epoch,
     ]
-
-
-def _registered(row: Any) -> sa.Exists:
-    return sa.exists(
-        sa.select(1).where(
-            collections.c.id == row.collection_id, collections.c.slug == row.collection_slug
-        )
-    )
 
 
 class Reconciler:
@@ -147,11 +134,7 @@ class Reconciler:
                 st.scope_type == SCOPE_TYPE,
                 st.capture_state == "active",
                 st.reconciliation_required == 1,
-                sa.exists(
-                    sa.select(1).where(
-                        collections.c.id == st.collection_id, collections.c.slug == st.scope_key
-                    )
-                ),
+                registered(st.collection_id, st.scope_key),
                 ~sa.exists(sa.select(1).where(r.collection_id == st.collection_id)),
                 ~sa.exists(
                     sa.select(1).where(collection_deletions.c.collection_id == st.collection_id)
@@ -285,7 +268,7 @@ class Reconciler:
                     st.capture_state == "active",
                     st.reconciliation_required == 1,
                     sa.or_(st.status != "running", st.cursor == row.run_token, st.cursor.is_(None)),
-                    _registered(row),
+                    registered(row.collection_id, row.collection_slug),
                 )
                 .values(
                     status="running", started_at=db_now(), completed_at=None,
@@ -401,7 +384,7 @@ class Reconciler:
                     *_owns_run(row, row.target_epoch),
                     ~sa.exists(sa.select(1).where(work.c.collection_id == row.collection_id)),
                     held,
-                    _registered(row),
+                    registered(row.collection_id, row.collection_slug),
                     ~sa.exists(
                         sa.select(1).where(
                             collection_deletions.c.collection_id == row.collection_id

@@ -17,6 +17,7 @@ from domain.policy import Limits
 from domain.snapshots import DISPLAY_FIELDS, ContentEntry, SnapshotSet, build_snapshots
 from repository import projection
 from repository.collections import load_fields
+from repository.identity import registered
 
 GENERATION_CONFLICT = "CONTENT_USAGE_GENERATION_CONFLICT"
 RESOURCE_LIMIT = "CONTENT_USAGE_RESOURCE_LIMIT"
@@ -65,7 +66,7 @@ def _attempt(
         collection_present = (
             row is not None
             or conn.execute(
-                sa.select(projection.collection_exists(entry.collection_id, entry.collection_slug))
+                sa.select(registered(entry.collection_id, entry.collection_slug))
             ).scalar_one()
         )
     if not collection_present:

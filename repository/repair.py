@@ -22,9 +22,10 @@ from repository.activation import is_activation_active
 from repository.clock import db_now
 from repository.collections import CollectionRegistry
 from repository.content_tables import content_table_name
+from repository.identity import status_row
 from repository.ids import new_ulid
 from repository.refresh import refresh_entry
-from repository.schema import ADAPTER_ID, SCOPE_TYPE, index_status, sources, work
+from repository.schema import index_status, sources, work
 from repository.work import MediaUsageWorkRepository
 
 REPAIR_CONFLICT = "CONTENT_USAGE_REPAIR_CONFLICT"
@@ -58,18 +59,13 @@ def repair_collection(
     if collection is None:
         raise CollectionNotFound(f"No collection has slug {slug!r}.")
     run_token = new_ulid()
-    status_row = [
-        st.adapter_id == ADAPTER_ID,
-        st.scope_type == SCOPE_TYPE,
-        st.scope_key == slug,
-        st.collection_id == collection.id,
-    ]
+    own_status = status_row(collection.id, slug)
     with engine.begin() as conn:
         if not is_activation_active(conn):
             raise RepairNotPossible("Repair needs incremental capture to be activated first.")
         epoch = conn.execute(
             index_status.update()
-            .where(*status_row, st.capture_state == "active")
+            .where(*own_status, st.capture_state == "active")
             .values(
                 status="running", schema_version=1, started_at=db_now(), completed_at=None,
                 cursor=run_token, indexed_source_count=0, failed_source_count=0,
@@ -137,7 +133,7 @@ def repair_collection(
         finalized = conn.execute(
             index_status.update()
             .where(
-                *status_row,
+                *own_status,
                 st.status == "running",
                 st.cursor == run_token,
                 st.change_epoch == epoch,
@@ -157,7 +153,7 @@ def repair_collection(
         if finalized is None:
             conn.execute(
                 index_status.update()
-                .where(*status_row, st.cursor == run_token)
+                .where(*own_status, st.cursor == run_token)
                 .values(
                     status="stale", completed_at=None, cursor=None,
                     last_error_code=REPAIR_CONFLICT, reconciliation_required=1,

@@ -23,6 +23,7 @@ from domain.work import (
     operator_order,
 )
 from repository.clock import db_now, is_due, is_live_by_text, lease_is_live
+from repository.identity import registered, status_row
 from repository.ids import new_ulid
 from repository.schema import (
     ADAPTER_ID,
@@ -137,13 +138,7 @@ def _lease_expired(column: sa.ColumnElement[str]) -> sa.ColumnElement[bool]:
 def _active_status_for(
     collection_id: sa.ColumnElement[Any] | str, slug: sa.ColumnElement[Any] | str
 ) -> list[sa.ColumnElement[bool]]:
-    return [
-        _status.adapter_id == ADAPTER_ID,
-        _status.scope_type == SCOPE_TYPE,
-        _status.collection_id == collection_id,
-        _status.scope_key == slug,
-        _status.capture_state == "active",
-    ]
+    return [*status_row(collection_id, slug), _status.capture_state == "active"]
 
 
 class MediaUsageWorkRepository:
@@ -376,12 +371,7 @@ class MediaUsageWorkRepository:
             index_status.update()
             .where(
                 *_active_status_for(collection_id, slug),
-                sa.exists(
-                    sa.select(1).where(
-                        collections.c.id == _status.collection_id,
-                        collections.c.slug == _status.scope_key,
-                    )
-                ),
+                registered(_status.collection_id, _status.scope_key),
                 work_guard,
             )
             .values(
