@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 from repository.clock import db_now
+from repository.db import Bind, transaction
 from repository.identity import registered, status_row
 from repository.schema import (
     index_status,
@@ -23,41 +24,48 @@ def _active_status(collection_id: str, slug: str) -> list[sa.ColumnElement[bool]
     ]
 
 
-def record_incremental_success(engine: sa.Engine, collection_id: str, slug: str) -> None:
-    """Note the success; restore ``complete`` only when nothing is pending or being reconciled."""
-    with engine.begin() as conn:
+# The success timestamp is only rewritten when a second old, so completions do not all queue on
+# the status row's lock.
+_success_note_due = sa.or_(
+    st.last_incremental_success_at.is_(None), st.last_incremental_success_at < db_now(-1)
+)
+
+
+def record_incremental_success(bind: Bind, collection_id: str, slug: str) -> None:
+    """Note the success; restore ``complete`` only when nothing is pending or being reconciled.
+
+    Meant to run in the transaction that completed the work row, so the note and the completion
+    commit together and cost no extra transaction.
+    """
+    with transaction(bind) as conn:
         current = conn.execute(
-            sa.select(st.change_epoch, st.status, st.reconciliation_required).where(
-                *_active_status(collection_id, slug)
-            )
+            sa.select(
+                st.change_epoch,
+                st.status,
+                st.reconciliation_required,
+                _success_note_due.label("note_due"),
+            ).where(*_active_status(collection_id, slug))
         ).first()
-    if current is None:
-        return
-    epoch, status, required = current
-    if required or status not in ("complete", "stale", "partial"):
-        # Nothing to restore: only the success timestamp moves, and at most once a second,
-        # so completions of one collection do not queue on its status row lock.
-        with engine.begin() as conn:
-            conn.execute(
-                index_status.update()
-                .where(
-                    *_active_status(collection_id, slug),
-                    sa.or_(
-                        st.last_incremental_success_at.is_(None),
-                        st.last_incremental_success_at < db_now(-1),
-                    ),
+        if current is None:
+            return
+        epoch, status, required, note_due = current
+        if required or status not in ("stale", "partial"):
+            # Nothing to restore: only the success timestamp moves.
+            if note_due:
+                conn.execute(
+                    index_status.update()
+                    .where(*_active_status(collection_id, slug), _success_note_due)
+                    .values(last_incremental_success_at=db_now(), updated_at=db_now())
                 )
-                .values(last_incremental_success_at=db_now())
-            )
-        return
-    restorable = sa.and_(
-        st.reconciliation_required == 0,
-        st.status.in_(("complete", "stale", "partial")),
-        ~sa.exists(sa.select(1).where(work.c.collection_id == collection_id)),
-    )
-    # CAS on the epoch read above: a capture that committed since then (and whose work row this
-    # statement's snapshot might not see) has moved the epoch, so nothing is marked complete.
-    with engine.begin() as conn:
+            return
+        restorable = sa.and_(
+            st.reconciliation_required == 0,
+            st.status.in_(("stale", "partial")),
+            ~sa.exists(sa.select(1).where(work.c.collection_id == collection_id)),
+        )
+        # CAS on the epoch read above: a capture that committed since then (and whose work row
+        # this statement's snapshot might not see) has moved the epoch, so nothing is marked
+        # complete.
         conn.execute(
             index_status.update()
             .where(*_active_status(collection_id, slug), st.change_epoch == epoch)
@@ -72,7 +80,7 @@ def record_incremental_success(engine: sa.Engine, collection_id: str, slug: str)
 
 
 def record_incremental_failure(
-    engine: sa.Engine,
+    bind: Bind,
     collection_id: str,
     slug: str,
     content_id: str,
@@ -98,7 +106,7 @@ def record_incremental_failure(
     )
     to_partial = sa.and_(~run_owns_status, st.reconciliation_required == 0)
     to_stale = sa.and_(~run_owns_status, st.reconciliation_required != 0, st.status == "running")
-    with engine.begin() as conn:
+    with transaction(bind) as conn:
         conn.execute(
             index_status.update()
             .where(

@@ -12,6 +12,8 @@ one reconnect instead of one failed task.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import sqlalchemy as sa
@@ -90,6 +92,28 @@ def _create_sqlite_engine(url: URL, overrides: dict[str, Any]) -> Engine:
         connection.exec_driver_sql("BEGIN IMMEDIATE")
 
     return engine
+
+
+Bind = Engine | sa.Connection
+
+
+@contextmanager
+def transaction(bind: Bind) -> Iterator[sa.Connection]:
+    """One transaction on ``bind``.
+
+    An engine lends a pooled connection for it; a held connection is reused, so a caller that
+    runs several steps (the processor) pays for one checkout and one pre-ping, not one per step,
+    and a caller already inside a transaction makes several steps commit together.
+    """
+    if isinstance(bind, Engine):
+        with bind.begin() as conn:
+            yield conn
+    elif bind.in_transaction():
+        # Joining: the caller's block owns the transaction and commits it.
+        yield bind
+    else:
+        with bind.begin():
+            yield bind
 
 
 def is_postgres(engine_or_connection: Engine | sa.Connection) -> bool:

@@ -20,6 +20,7 @@ import sqlalchemy as sa
 from domain.snapshots import ContentEntry, Revision, Snapshot, source_key
 from repository.clock import db_now
 from repository.content_tables import content_table_name
+from repository.db import Bind, transaction
 from repository.identity import registered
 from repository.ids import new_ulid
 from repository.schema import collections, occurrences, revisions, sources
@@ -146,7 +147,7 @@ def still_unchanged(conn: sa.Connection, snapshot: Snapshot, observed: Mapping[s
 
 
 def replace_source_if_matching(
-    engine: sa.Engine,
+    bind: Bind,
     snapshot: Snapshot,
     observed: Mapping[str, Any] | None,
     fence: Sequence[sa.ColumnElement[bool]] = (),
@@ -155,7 +156,7 @@ def replace_source_if_matching(
     source = snapshot.source
     generation = new_ulid()
     try:
-        with engine.begin() as conn:
+        with transaction(bind) as conn:
             now = conn.execute(sa.select(db_now())).scalar_one()
             # FOR KEY SHARE keeps the collection from being deleted under the write (PostgreSQL).
             locked = conn.execute(
@@ -229,7 +230,7 @@ def _insert_source(
         *guards
     )
     statement = (
-        insert_factory(conn.engine)(sources)
+        insert_factory(conn)(sources)
         .from_select(names, select)
         .on_conflict_do_nothing(index_elements=[s.source_key])
         .returning(s.source_key)
@@ -243,7 +244,7 @@ def _delete_generation(conn: sa.Connection, key: str, generation: str) -> None:
 
 
 def delete_source_if_matching(
-    engine: sa.Engine,
+    bind: Bind,
     observed: Mapping[str, Any],
     *,
     content_absent: bool,
@@ -258,7 +259,7 @@ def delete_source_if_matching(
     if content_absent:
         content = content_table(observed["collection_slug"], ["id"])
         guards.append(~sa.exists(sa.select(1).where(content.c.id == observed["content_id"])))
-    with engine.begin() as conn:
+    with transaction(bind) as conn:
         deleted = conn.execute(sources.delete().where(*guards).returning(s.source_key)).first()
         if deleted is None:
             return False

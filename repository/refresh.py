@@ -17,6 +17,7 @@ from domain.policy import Limits
 from domain.snapshots import DISPLAY_FIELDS, ContentEntry, SnapshotSet, build_snapshots
 from repository import projection
 from repository.collections import load_fields
+from repository.db import Bind, transaction
 from repository.identity import registered
 
 GENERATION_CONFLICT = "CONTENT_USAGE_GENERATION_CONFLICT"
@@ -28,7 +29,7 @@ log = logging.getLogger(__name__)
 
 
 def refresh_entry(
-    engine: sa.Engine,
+    bind: Bind,
     entry: ContentEntry,
     limits: Limits,
     fence: Sequence[sa.ColumnElement[bool]] = (),
@@ -40,7 +41,7 @@ def refresh_entry(
     """
     try:
         for _ in range(MAX_ATTEMPTS):
-            code = _attempt(engine, entry, limits, fence)
+            code = _attempt(bind, entry, limits, fence)
             if code != GENERATION_CONFLICT:
                 return code
         return GENERATION_CONFLICT
@@ -52,12 +53,12 @@ def refresh_entry(
 
 
 def _attempt(
-    engine: sa.Engine,
+    bind: Bind,
     entry: ContentEntry,
     limits: Limits,
     fence: Sequence[sa.ColumnElement[bool]],
 ) -> str | None:
-    with engine.begin() as conn:
+    with transaction(bind) as conn:
         observed = projection.observed_sources(conn, entry)
         fields = load_fields(conn, entry.collection_id)
         extraction = extraction_fields(fields)
@@ -75,7 +76,7 @@ def _attempt(
         # The entry is gone: remove its sources, but only while it stays gone.
         for source in observed.values():
             if not projection.delete_source_if_matching(
-                engine, source, content_absent=True, fence=fence
+                bind, source, content_absent=True, fence=fence
             ):
                 return GENERATION_CONFLICT
         return None
@@ -95,16 +96,16 @@ def _attempt(
     for snapshot in snapshots.snapshots:
         current = observed.get(snapshot.variant)
         if projection.is_unchanged(snapshot, current):
-            with engine.begin() as conn:
+            with transaction(bind) as conn:
                 if projection.still_unchanged(conn, snapshot, current):
                     continue
             return GENERATION_CONFLICT
-        if not projection.replace_source_if_matching(engine, snapshot, current, fence):
+        if not projection.replace_source_if_matching(bind, snapshot, current, fence):
             return GENERATION_CONFLICT
     wanted = {snapshot.variant for snapshot in snapshots.snapshots}
     for variant, source in observed.items():
         if variant not in wanted and not projection.delete_source_if_matching(
-            engine, source, content_absent=False, fence=fence
+            bind, source, content_absent=False, fence=fence
         ):
             return GENERATION_CONFLICT
     return None

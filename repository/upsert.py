@@ -9,6 +9,6 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
 
-def insert_factory(engine: sa.Engine) -> Callable[[sa.Table], Any]:
+def insert_factory(engine: sa.Engine | sa.Connection) -> Callable[[sa.Table], Any]:
     """The dialect's ``insert`` construct, which has ``on_conflict_do_update/nothing``."""
     return postgresql.insert if engine.dialect.name == "postgresql" else sqlite.insert

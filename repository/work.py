@@ -23,6 +23,7 @@ from domain.work import (
     operator_order,
 )
 from repository.clock import db_now, is_due, is_live_by_text, lease_is_live
+from repository.db import Bind, transaction
 from repository.identity import registered, status_row
 from repository.ids import new_ulid
 from repository.schema import (
@@ -144,9 +145,9 @@ def _active_status_for(
 class MediaUsageWorkRepository:
     """All SQL of the work table. Methods mirror the seed's, in snake_case with keywords."""
 
-    def __init__(self, engine: sa.Engine) -> None:
-        self.engine = engine
-        self._insert = insert_factory(engine)
+    def __init__(self, bind: Bind) -> None:
+        self.bind = bind
+        self._insert = insert_factory(bind)
 
     # --- reconciliation ------------------------------------------------------------------
 
@@ -237,7 +238,7 @@ class MediaUsageWorkRepository:
             },
             where=w.change_epoch < insert.excluded.change_epoch,
         )
-        with self.engine.begin() as conn:
+        with transaction(self.bind) as conn:
             conn.execute(statement)
 
     # --- operator --------------------------------------------------------------------------
@@ -256,7 +257,7 @@ class MediaUsageWorkRepository:
         page_limit = check.operator_limit(limit)
         position = decode_cursor(cursor)
 
-        with self.engine.begin() as conn:
+        with transaction(self.bind) as conn:
             collection = conn.execute(
                 sa.select(collections.c.id, collections.c.slug).where(
                     collections.c.slug == collection_slug
@@ -326,7 +327,7 @@ class MediaUsageWorkRepository:
         return self._operator_retry_lost(collection_id, content_id)
 
     def _active_operator_collection(self, collection_id: str) -> str | None:
-        with self.engine.begin() as conn:
+        with transaction(self.bind) as conn:
             return conn.execute(
                 sa.select(collections.c.slug)
                 .join(
@@ -345,7 +346,7 @@ class MediaUsageWorkRepository:
             ).scalar_one_or_none()
 
     def _find_by_identity(self, collection_id: str, content_id: str) -> sa.Row[Any] | None:
-        with self.engine.begin() as conn:
+        with transaction(self.bind) as conn:
             return conn.execute(
                 sa.select(work).where(w.collection_id == collection_id, w.content_id == content_id)
             ).first()
@@ -382,7 +383,7 @@ class MediaUsageWorkRepository:
             )
             .returning(_status.change_epoch)
         )
-        with self.engine.begin() as conn:
+        with transaction(self.bind) as conn:
             epoch = conn.execute(statement).scalar_one_or_none()
         return None if epoch is None else int(epoch)
 
@@ -425,7 +426,7 @@ class MediaUsageWorkRepository:
             )
             .returning(*work.c)
         )
-        with self.engine.begin() as conn:
+        with transaction(self.bind) as conn:
             return conn.execute(statement).first()
 
     def _create_operator_work(
@@ -457,7 +458,7 @@ class MediaUsageWorkRepository:
             .on_conflict_do_nothing(index_elements=[w.collection_id, w.content_id])
             .returning(*work.c)
         )
-        with self.engine.begin() as conn:
+        with transaction(self.bind) as conn:
             return conn.execute(statement).first()
 
     def _operator_retry_lost(self, collection_id: str, content_id: str) -> OperatorRetryResult:
@@ -467,7 +468,7 @@ class MediaUsageWorkRepository:
         current = self._find_by_identity(collection_id, content_id)
         if current is not None and current.state == "pending":
             return OperatorRetryResult("pending", changed=False, work=_operator_item(current))
-        with self.engine.begin() as conn:
+        with transaction(self.bind) as conn:
             live_expiry = conn.execute(
                 sa.select(w.lease_expires_at).where(
                     w.collection_id == collection_id,
@@ -486,7 +487,7 @@ class MediaUsageWorkRepository:
     def find_due_work(self, limit: int) -> list[WorkRecord]:
         """Up to ``limit`` due items in eligibility order (pending, retry, expired leases)."""
         limit = check.due_limit(limit)
-        with self.engine.begin() as conn:
+        with transaction(self.bind) as conn:
             rows = [
                 *conn.execute(self._due_query("pending", limit)),
                 *conn.execute(self._due_query("retry", limit)),
@@ -515,7 +516,7 @@ class MediaUsageWorkRepository:
         message = "Media usage work lookup requires collection and content identity."
         check.identifier(collection_slug, message)
         check.identifier(content_id, message)
-        with self.engine.begin() as conn:
+        with transaction(self.bind) as conn:
             row = conn.execute(
                 sa.select(work)
                 .join(collections, _current_identity)
@@ -557,7 +558,7 @@ class MediaUsageWorkRepository:
             )
             .returning(*work.c)
         )
-        with self.engine.begin() as conn:
+        with transaction(self.bind) as conn:
             row = conn.execute(statement).first()
         return None if row is None else _record(row)
 
@@ -566,13 +567,13 @@ class MediaUsageWorkRepository:
     ) -> bool:
         """Delete the row if this lease still holds it; ``False`` means the holder was fenced."""
         guard = self._live_lease_guard(collection_id, content_id, work_version, lease_token)
-        with self.engine.begin() as conn:
+        with transaction(self.bind) as conn:
             return conn.execute(work.delete().where(*guard)).rowcount > 0
 
     def delete_work_through_epoch(self, collection_id: str, max_change_epoch: int | str) -> int:
         check.identifier(collection_id, "Media usage work cleanup requires a collection ID.")
         epoch = check.change_epoch(max_change_epoch)
-        with self.engine.begin() as conn:
+        with transaction(self.bind) as conn:
             return conn.execute(
                 work.delete().where(w.collection_id == collection_id, w.change_epoch <= epoch)
             ).rowcount
@@ -619,7 +620,7 @@ class MediaUsageWorkRepository:
             lease_duration_seconds, "lease duration", allow_zero=False
         )
         guard = self._live_lease_guard(collection_id, content_id, work_version, lease_token)
-        with self.engine.begin() as conn:
+        with transaction(self.bind) as conn:
             return conn.execute(
                 work.update()
                 .where(*guard)
@@ -651,7 +652,7 @@ class MediaUsageWorkRepository:
                     after.content_id,
                 )
             query = query.where(key > sa.tuple_(*(sa.literal(v, sa.Text) for v in position)))
-        with self.engine.begin() as conn:
+        with transaction(self.bind) as conn:
             return [_record(row) for row in conn.execute(query)]
 
     def oldest_due(self) -> tuple[str, str | None]:
@@ -664,7 +665,7 @@ class MediaUsageWorkRepository:
                 w.state == "leased", is_due(w.lease_expires_at)
             ),
         ]
-        with self.engine.begin() as conn:
+        with transaction(self.bind) as conn:
             now = conn.execute(sa.select(db_now())).scalar_one()
             found = [conn.execute(q).scalar_one_or_none() for q in candidates]
         due = [value for value in found if value is not None]
@@ -686,7 +687,7 @@ class MediaUsageWorkRepository:
                 **extra,
             )
         )
-        with self.engine.begin() as conn:
+        with transaction(self.bind) as conn:
             return conn.execute(statement).rowcount > 0
 
     @staticmethod
