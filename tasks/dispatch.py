@@ -13,6 +13,7 @@ import logging
 from collections.abc import Sequence
 
 import redis
+from kombu.exceptions import ChannelError
 
 from domain.work import WorkRecord
 from repository.work import MediaUsageWorkRepository
@@ -36,6 +37,19 @@ def _redis() -> redis.Redis | None:
     if client is None:
         client = _clients[url] = redis.Redis.from_url(url, socket_timeout=5)
     return client
+
+
+def queued_messages() -> int | None:
+    """Messages waiting in the work queue (all priorities); ``None`` when the broker can't say."""
+    try:
+        with app.connection_for_write() as conn:
+            declared = conn.default_channel.queue_declare(queue=queue_name(), passive=True)
+        return int(declared.message_count)
+    except ChannelError:
+        return 0  # Redis keeps no empty lists: a queue that "does not exist" is empty
+    except Exception:  # the depth is advisory: never fail a tick over it
+        log.debug("could not read the queue depth", exc_info=True)
+        return None
 
 
 def dispatch_key(collection_id: str, content_id: str, work_version: int | str) -> str:

@@ -45,6 +45,15 @@ def tick_budget() -> int:
     return positive_int("MEDIA_USAGE_TICK_BUDGET", 5000)
 
 
+def max_queued() -> int:
+    """Messages the tick keeps waiting in the queue at most.
+
+    Sending more than the workers drain before the message TTL only makes messages expire and be
+    sent again; the rest of a backlog stays in the work table, which costs nothing.
+    """
+    return positive_int("MEDIA_USAGE_MAX_QUEUED", 1000)
+
+
 def dispatch_ttl_seconds() -> int:
     """How long a dispatched message lives (and suppresses re-dispatch of the same item)."""
     return positive_int("MEDIA_USAGE_DISPATCH_TTL", lease_seconds())

@@ -35,7 +35,12 @@ def tick(self: Task) -> dict[str, Any]:
     if not active:
         return {"active": False, "dispatched": 0}
     repo = MediaUsageWorkRepository(engine)
-    budget, ttl = settings.tick_budget(), settings.dispatch_ttl_seconds()
+    ttl = settings.dispatch_ttl_seconds()
+    queued = dispatch.queued_messages()
+    # Backpressure: top the queue up to its bound instead of piling up messages that would
+    # expire before a worker reached them.
+    room = settings.max_queued() - queued if queued is not None else settings.tick_budget()
+    budget = max(0, min(settings.tick_budget(), room))
     seen = dispatched = 0
     for state in DUE_STATES:
         after = None
@@ -52,6 +57,7 @@ def tick(self: Task) -> dict[str, Any]:
         "active": True,
         "due_seen": seen,
         "dispatched": dispatched,
+        "queued_before": queued,
         "budget_exhausted": seen >= budget,
         "oldest_due_age_seconds": round(seconds_between(oldest, now), 3) if oldest else 0.0,
         "duration_ms": round((time.monotonic() - started) * 1000, 1),

@@ -59,6 +59,8 @@ def task_env(monkeypatch: pytest.MonkeyPatch, migrated_url: str, broker_url: str
         "MEDIA_USAGE_BROKER_URL": broker_url,
         "MEDIA_USAGE_TICK_SECONDS": "1",
         "MEDIA_USAGE_LEASE_SECONDS": "3",
+        # With 3 s message TTLs, queue no more than the workers drain in about a second.
+        "MEDIA_USAGE_MAX_QUEUED": "100",
     }
     for key, value in env.items():
         monkeypatch.setenv(key, value)
