@@ -10,7 +10,16 @@ import sqlalchemy as sa
 from domain import coverage as coverage_rules
 from domain.timestamps import seconds_between
 from repository.clock import db_now, is_due
-from repository.schema import ADAPTER_ID, SCOPE_TYPE, activation, collections, index_status, work
+from repository.schema import (
+    ADAPTER_ID,
+    SCOPE_TYPE,
+    activation,
+    collections,
+    index_status,
+    occurrences,
+    sources,
+    work,
+)
 
 w = work.c
 st = index_status.c
@@ -116,3 +125,38 @@ def overview(engine: sa.Engine) -> tuple[str, str, list[CollectionStatus]]:
         )
     aggregate = coverage_rules.aggregate([d.coverage for d in details])
     return capture, aggregate, details
+
+
+@dataclass(frozen=True)
+class IndexTotals:
+    entries: int
+    references: int
+
+
+def index_totals(engine: sa.Engine) -> dict[str, IndexTotals]:
+    """Per collection slug: entries with a current source, and their current occurrences."""
+    s, o = sources.c, occurrences.c
+    with engine.connect() as conn:
+        entries = dict(
+            conn.execute(
+                sa.select(s.collection_slug, sa.func.count(sa.distinct(s.content_id))).group_by(
+                    s.collection_slug
+                )
+            ).all()
+        )
+        references = dict(
+            conn.execute(
+                sa.select(s.collection_slug, sa.func.count())
+                .select_from(
+                    sources.join(
+                        occurrences,
+                        sa.and_(o.source_key == s.source_key, o.generation == s.current_generation),
+                    )
+                )
+                .group_by(s.collection_slug)
+            ).all()
+        )
+    return {
+        slug: IndexTotals(int(count), int(references.get(slug, 0)))
+        for slug, count in entries.items()
+    }

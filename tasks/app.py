@@ -25,11 +25,37 @@ def broker_url() -> str:
     return os.environ.get("MEDIA_USAGE_BROKER_URL", DEFAULT_BROKER_URL)
 
 
+def broker_folder() -> str | None:
+    """Where the server-less ``filesystem://`` broker keeps its files (the embedded demo)."""
+    return os.environ.get("MEDIA_USAGE_BROKER_FOLDER") or None
+
+
+def transport_options() -> dict[str, object]:
+    options: dict[str, object] = {"visibility_timeout": settings.VISIBILITY_TIMEOUT_SECONDS}
+    folder = broker_folder()
+    if broker_url().startswith("filesystem://"):
+        if folder is None:
+            raise RuntimeError("The filesystem:// broker needs MEDIA_USAGE_BROKER_FOLDER.")
+        queue = os.path.join(folder, "queue")
+        control = os.path.join(folder, "control")
+        for path in (queue, control):
+            os.makedirs(path, exist_ok=True)
+        # The transport polls its folder; at kombu's default of 1 s an idle consumer would wait
+        # a second between messages.
+        options.update(
+            data_folder_in=queue,
+            data_folder_out=queue,
+            control_folder=control,
+            polling_interval=0.02,
+        )
+    return options
+
+
 app = Celery("media_usage", include=["tasks.work", "tasks.reconcile"])
 app.conf.update(
     broker_url=broker_url(),
     broker_connection_retry_on_startup=True,
-    broker_transport_options={"visibility_timeout": settings.VISIBILITY_TIMEOUT_SECONDS},
+    broker_transport_options=transport_options(),
     # JSON only: a message can never make a worker unpickle attacker-chosen objects.
     task_serializer="json",
     result_serializer="json",

@@ -1,10 +1,8 @@
 """Sending ``media_usage.process_work`` messages: ids only, short-lived, not sent twice at once.
 
 A message names an item and the version it was due at; the database decides everything else.
-When the broker is Redis, a short-lived ``SET NX`` key per (item, version) keeps the tick from
-queueing the same item again while its message is still alive; the task drops the key when it
-finishes. Losing those keys (FLUSHALL, restart) only means an item may be sent twice, and a
-duplicate message is harmless: its claim fails.
+A short-lived ledger key per (item, version) (``tasks.ledger``) keeps the tick from queueing
+the same item again while its message is still alive; the task drops the key when it finishes.
 """
 
 from __future__ import annotations
@@ -12,31 +10,22 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-import redis
 from kombu.exceptions import ChannelError
 
 from domain.work import WorkRecord
 from repository.work import MediaUsageWorkRepository
-from tasks import settings
-from tasks.app import app, queue_name
+from tasks import ledger, settings
+from tasks.app import app, broker_folder, queue_name
 from tasks.engines import get_engine
 
 log = logging.getLogger(__name__)
-KEY_PREFIX = "media_usage:dispatched"
 # Item messages go behind control messages (ticks, reconciliation): on Redis, priority 0 (the
 # default, used by the beat entries) is consumed first, so a backlog never delays the next tick.
 ITEM_PRIORITY = 6
-_clients: dict[str, redis.Redis] = {}
 
 
-def _redis() -> redis.Redis | None:
-    url = app.conf.broker_url or ""
-    if not url.startswith(("redis://", "rediss://", "unix://")):
-        return None
-    client = _clients.get(url)
-    if client is None:
-        client = _clients[url] = redis.Redis.from_url(url, socket_timeout=5)
-    return client
+def _ledger() -> ledger.Ledger:
+    return ledger.for_broker(app.conf.broker_url or "", broker_folder())
 
 
 def queued_messages() -> int | None:
@@ -52,38 +41,9 @@ def queued_messages() -> int | None:
         return None
 
 
-def dispatch_key(collection_id: str, content_id: str, work_version: int | str) -> str:
-    return f"{KEY_PREFIX}:{work_version}:{len(collection_id)}:{collection_id}:{content_id}"
-
-
-def _reserve(items: Sequence[WorkRecord], ttl: int) -> list[bool]:
-    client = _redis()
-    if client is None:
-        return [True] * len(items)
-    try:
-        pipe = client.pipeline(transaction=False)
-        for item in items:
-            pipe.set(
-                dispatch_key(item.collection_id, item.content_id, item.work_version),
-                1,
-                nx=True,
-                ex=ttl,
-            )
-        return [bool(ok) for ok in pipe.execute()]
-    except redis.RedisError:
-        log.warning("dispatch de-duplication unavailable; sending anyway", exc_info=True)
-        return [True] * len(items)
-
-
 def release(collection_id: str, content_id: str, work_version: object) -> None:
     """Forget the item's dispatch key so its next due time is honoured at once."""
-    client = _redis()
-    if client is None:
-        return
-    try:
-        client.delete(dispatch_key(collection_id, content_id, str(work_version)))
-    except redis.RedisError:
-        log.debug("could not release dispatch key", exc_info=True)
+    _ledger().release(ledger.dispatch_key(collection_id, content_id, str(work_version)))
 
 
 def send(items: Sequence[WorkRecord], ttl: int | None = None) -> list[str]:
@@ -92,7 +52,9 @@ def send(items: Sequence[WorkRecord], ttl: int | None = None) -> list[str]:
 
     ttl = ttl or settings.dispatch_ttl_seconds()
     sent = []
-    reserved = _reserve(items, ttl)
+    reserved = _ledger().reserve(
+        [ledger.dispatch_key(i.collection_id, i.content_id, i.work_version) for i in items], ttl
+    )
     with app.producer_or_acquire() as producer:
         for item, go in zip(items, reserved, strict=True):
             if not go:

@@ -25,10 +25,11 @@ def _row(key: str, o) -> Row:
 
 def expected_index(engine: sa.Engine) -> set[Row]:
     registry = CollectionRegistry(engine)
+    # Read the registry first: on SQLite a second connection would wait on this one's lock.
+    collections = [(c, registry.fields(c.id)) for c in registry.list()]
     expected: set[Row] = set()
     with engine.connect() as conn:
-        for collection in registry.list():
-            fields = registry.fields(collection.id)
+        for collection, fields in collections:
             extraction = extraction_fields(fields)
             display = [n for n in DISPLAY_FIELDS if any(f.slug == n for f in fields)]
             rows = conn.execute(sa.text(f"SELECT * FROM ec_{collection.slug}")).mappings().all()

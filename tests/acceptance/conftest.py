@@ -75,9 +75,9 @@ def celery_app(task_env: dict[str, str]):
     from tasks import app
 
     app.conf.broker_url = task_env["MEDIA_USAGE_BROKER_URL"]
-    from tasks import dispatch
+    from tasks import ledger
 
-    dispatch._clients.clear()
+    ledger.forget_all()
     yield app
 
 

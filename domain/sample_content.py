@@ -1,0 +1,113 @@
+"""Realistic sample content for the demo and the benchmarks: pure data, no I/O.
+
+Two collections whose entries carry about five media references each, through every field kind
+the index reads (image, file, repeater of images, portableText image blocks), with a share of
+unpublished drafts, drafts over published entries, trashed entries and provider-hosted assets.
+Deterministic for a given seed, so runs can be compared.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from domain.content_model import FieldDefinition
+
+_GALLERY = {"subFields": [{"slug": "image", "type": "image"}]}
+COLLECTIONS: dict[str, list[FieldDefinition]] = {
+    "articles": [
+        FieldDefinition("title", "Title", "string"),
+        FieldDefinition("hero", "Hero image", "image"),
+        FieldDefinition("attachment", "Attachment", "file"),
+        FieldDefinition("gallery", "Gallery", "repeater", validation=_GALLERY),
+        FieldDefinition("body", "Body", "portableText"),
+    ],
+    "products": [
+        FieldDefinition("title", "Title", "string"),
+        FieldDefinition("photo", "Photo", "image"),
+        FieldDefinition("manual", "Manual", "file"),
+        FieldDefinition("images", "Images", "repeater", validation=_GALLERY),
+    ],
+}
+MEDIA_POOL = 500
+
+
+@dataclass(frozen=True)
+class SampleEntry:
+    """One content row (column → value) and, for drafts, its draft revision's data."""
+
+    collection: str
+    row: dict[str, Any]
+    draft: dict[str, Any] | None
+
+
+def _image(rng: random.Random) -> Any:
+    n = rng.randrange(MEDIA_POOL)
+    if rng.random() < 0.1:
+        return {"provider": "cloudinary", "id": f"cld-{n}", "mimeType": "image/jpeg"}
+    return f"media-{n:04d}"
+
+
+def _file(rng: random.Random) -> Any:
+    n = rng.randrange(MEDIA_POOL)
+    return {"id": f"media-{n:04d}", "mimeType": rng.choice(["application/pdf", "video/mp4"])}
+
+
+def _portable_text(rng: random.Random) -> list[dict[str, Any]]:
+    blocks: list[dict[str, Any]] = [{"_type": "block", "_key": "intro", "children": []}]
+    for i in range(rng.randrange(3)):
+        blocks.append(
+            {"_type": "image", "_key": f"img{i}", "asset": {"_ref": f"media-{rng.randrange(500)}"}}
+        )
+    return blocks
+
+
+def _fields(collection: str, rng: random.Random, index: int) -> dict[str, Any]:
+    repeater = [{"image": _image(rng)} for _ in range(rng.randrange(1, 4))]
+    if collection == "articles":
+        return {
+            "title": f"Article {index}",
+            "hero": _image(rng),
+            "attachment": _file(rng) if rng.random() < 0.5 else None,
+            "gallery": json.dumps(repeater),
+            "body": json.dumps(_portable_text(rng)),
+        }
+    return {
+        "title": f"Product {index}",
+        "photo": _image(rng),
+        "manual": _file(rng),
+        "images": json.dumps(repeater),
+    }
+
+
+def _column_values(values: dict[str, Any]) -> dict[str, Any]:
+    """Image and file columns hold JSON text when the reference is an object."""
+    return {k: json.dumps(v) if isinstance(v, dict) else v for k, v in values.items()}
+
+
+def sample_entries(count: int, *, seed: int = 1, start: int = 0) -> Iterator[SampleEntry]:
+    """``count`` entries alternating over the sample collections, numbered from ``start``."""
+    rng = random.Random(seed)
+    names = sorted(COLLECTIONS)
+    for index in range(start, start + count):
+        collection = names[index % len(names)]
+        values = _fields(collection, rng, index)
+        roll = rng.random()
+        row = {
+            "id": f"{collection[0]}{index:07d}",
+            "slug": f"{collection}-{index}",
+            "status": "draft" if roll < 0.1 else "published",
+            "deleted_at": None,
+            **_column_values(values),
+        }
+        draft = None
+        if roll < 0.25:  # unpublished drafts and drafts over a published entry
+            draft = {**values, "title": f"{values['title']} (draft)"}
+            image_field = "hero" if collection == "articles" else "photo"
+            draft[image_field] = _image(rng)
+        if 0.25 <= roll < 0.30:
+            row["deleted_at"] = "2026-01-01T00:00:00.000Z"  # trashed: indexed as deleted
+        yield SampleEntry(collection, row, draft)

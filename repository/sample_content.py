@@ -1,0 +1,52 @@
+"""Writes sample entries the way a host application would: plain inserts, captured by triggers."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import Any
+
+import sqlalchemy as sa
+
+from domain.sample_content import COLLECTIONS, SampleEntry
+from repository.collections import CollectionRegistry
+from repository.db import Bind, transaction
+from repository.projection import content_table
+from repository.schema import revisions
+
+
+def create_sample_collections(bind: sa.Engine) -> list[str]:
+    """Register the sample collections that do not exist yet; returns every sample slug."""
+    registry = CollectionRegistry(bind)
+    existing = {c.slug for c in registry.list()}
+    for slug, fields in COLLECTIONS.items():
+        if slug not in existing:
+            registry.create_collection(slug, slug.title(), fields)
+    return sorted(COLLECTIONS)
+
+
+def write_entries(bind: Bind, entries: Iterable[SampleEntry]) -> int:
+    """Insert the entries (and their draft revisions) in one transaction; returns the count."""
+    rows: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    drafts: list[dict[str, Any]] = []
+    for entry in entries:
+        row = dict(entry.row)
+        row["draft_revision_id"] = None
+        if entry.draft is not None:
+            row["draft_revision_id"] = f"rev-{entry.row['id']}"
+            drafts.append(
+                {
+                    "id": row["draft_revision_id"],
+                    "collection": entry.collection,
+                    "entry_id": entry.row["id"],
+                    "data": json.dumps(entry.draft),
+                }
+            )
+        rows[entry.collection].append(row)
+    with transaction(bind) as conn:
+        if drafts:
+            conn.execute(revisions.insert(), drafts)
+        for slug, values in rows.items():
+            conn.execute(content_table(slug, list(values[0])).insert(), values)
+    return sum(len(v) for v in rows.values())

@@ -1,0 +1,128 @@
+"""Which items have a message in flight, so a tick does not queue the same item twice.
+
+Advisory only: losing the ledger (FLUSHALL, a restart, a wiped folder) means an item may be
+sent twice, and a duplicate is harmless because its claim fails. Each key lives at most the
+dispatch TTL and is dropped when the item's task finishes.
+
+- Redis broker: one ``SET NX EX`` key per (item, version), pipelined.
+- Filesystem broker (the embedded demo): one marker file per key, created with ``O_EXCL``; a
+  marker older than the TTL counts as gone.
+- Anything else: no ledger; every due item is sent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Protocol
+
+import redis
+
+log = logging.getLogger(__name__)
+KEY_PREFIX = "media_usage:dispatched"
+
+
+def dispatch_key(collection_id: str, content_id: str, work_version: int | str) -> str:
+    return f"{KEY_PREFIX}:{work_version}:{len(collection_id)}:{collection_id}:{content_id}"
+
+
+class Ledger(Protocol):
+    def reserve(self, keys: Sequence[str], ttl: int) -> list[bool]:
+        """For each key, ``True`` if it was free and is now taken for ``ttl`` seconds."""
+
+    def release(self, key: str) -> None:
+        """Free the key at once (its item's task has finished)."""
+
+
+class NoLedger:
+    def reserve(self, keys: Sequence[str], ttl: int) -> list[bool]:
+        return [True] * len(keys)
+
+    def release(self, key: str) -> None:
+        return None
+
+
+class RedisLedger:
+    def __init__(self, url: str) -> None:
+        self.client = redis.Redis.from_url(url, socket_timeout=5)
+
+    def reserve(self, keys: Sequence[str], ttl: int) -> list[bool]:
+        try:
+            pipe = self.client.pipeline(transaction=False)
+            for key in keys:
+                pipe.set(key, 1, nx=True, ex=ttl)
+            return [bool(ok) for ok in pipe.execute()]
+        except redis.RedisError:
+            log.warning("dispatch de-duplication unavailable; sending anyway", exc_info=True)
+            return [True] * len(keys)
+
+    def release(self, key: str) -> None:
+        try:
+            self.client.delete(key)
+        except redis.RedisError:
+            log.debug("could not release dispatch key", exc_info=True)
+
+
+class FileLedger:
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    def _path(self, key: str) -> Path:
+        # Hashed: keys hold ids from messages, which must never become path segments.
+        return self.folder / hashlib.sha256(key.encode()).hexdigest()
+
+    def _take(self, path: Path, ttl: int) -> bool:
+        for _ in range(2):
+            try:
+                os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+                return True
+            except FileExistsError:
+                try:
+                    expired = time.time() - path.stat().st_mtime > ttl
+                except FileNotFoundError:
+                    continue  # released meanwhile: try once more
+                if not expired:
+                    return False
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+        return False
+
+    def reserve(self, keys: Sequence[str], ttl: int) -> list[bool]:
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            return [self._take(self._path(key), ttl) for key in keys]
+        except OSError:
+            log.warning("dispatch de-duplication unavailable; sending anyway", exc_info=True)
+            return [True] * len(keys)
+
+    def release(self, key: str) -> None:
+        with contextlib.suppress(OSError):
+            self._path(key).unlink()
+
+
+_ledgers: dict[tuple[str, str], Ledger] = {}
+
+
+def for_broker(url: str, folder: str | None) -> Ledger:
+    """The ledger that fits the broker (one per process and broker)."""
+    cache_key = (url, folder or "")
+    ledger = _ledgers.get(cache_key)
+    if ledger is None:
+        if url.startswith(("redis://", "rediss://", "unix://")):
+            ledger = RedisLedger(url)
+        elif url.startswith("filesystem://") and folder:
+            ledger = FileLedger(Path(folder) / "dispatched")
+        else:
+            ledger = NoLedger()
+        _ledgers[cache_key] = ledger
+    return ledger
+
+
+def forget_all() -> None:
+    """Drop cached clients (tests point the app at another broker)."""
+    _ledgers.clear()
