@@ -1,0 +1,76 @@
+"""``python -m bench [all|drain|tick|latency|memory|sqlite] [--smoke]``: see docs/benchmarks.md."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+
+SMOKE = {"entries": 200, "repeat": 1, "ticks": (1_000, 10_000), "latency": 10, "memory": 1_500}
+FULL = {"entries": 20_000, "repeat": 3, "ticks": (1_000, 100_000, 1_000_000), "latency": 200,
+        "memory": 100_000}  # fmt: skip
+
+
+def machine() -> str:
+    import celery
+    import psutil
+    import sqlalchemy
+
+    return (f"{os.cpu_count()} cores, {psutil.virtual_memory().total / 2**30:.0f} GiB, "
+            f"Python {platform.python_version()}, Celery {celery.__version__}, "
+            f"SQLAlchemy {sqlalchemy.__version__}")  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench")
+    parser.add_argument(
+        "which",
+        nargs="?",
+        default="all",
+        choices=["all", "drain", "tick", "latency", "memory", "sqlite"],
+    )
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes: check the harness")
+    parser.add_argument("--entries", type=int)
+    parser.add_argument("--repeat", type=int)
+    parser.add_argument("--workers", type=int, nargs="+", default=[2, 4])
+    parser.add_argument("--memory-items", type=int)
+    parser.add_argument("--latency-writes", type=int)
+    parser.add_argument(
+        "--capacity",
+        type=float,
+        default=None,
+        help="items/s the latency load is half of (default: measured drain)",
+    )
+    args = parser.parse_args(argv)  # fmt: skip
+    size = dict(SMOKE if args.smoke else FULL)
+    entries = args.entries or size["entries"]
+    repeat = args.repeat or size["repeat"]
+
+    from bench import drain, latency, memory, tick
+    from bench.env import Bench
+
+    print(machine(), flush=True)
+    capacity = args.capacity
+    with Bench() as bench:
+
+        def report(lines: list[str]) -> None:
+            print("\n".join(lines), flush=True)
+
+        if args.which in ("all", "drain"):
+            report(drain.run(bench, entries, repeat, tuple(args.workers)))
+        if args.which in ("all", "sqlite"):
+            report(drain.run_sqlite(bench, entries, repeat))
+        if args.which in ("all", "tick"):
+            report(tick.run(bench, size["ticks"], max(repeat, 3)))
+        if args.which in ("all", "latency"):
+            if capacity is None:
+                capacity = drain.pipeline(bench, "postgresql", min(entries, 2000), 2)
+            report(latency.run(bench, capacity, args.latency_writes or size["latency"]))
+        if args.which in ("all", "memory"):
+            report(memory.run(bench, args.memory_items or size["memory"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
