@@ -60,7 +60,13 @@ def _drain_rate(engine: sa.Engine, count: int, start: int) -> float:
     return count / (time.monotonic() - began)
 
 
+# The storm's SQL is a failed claim per message; the forged-message acceptance test covers
+# that on both dialects. The full storm runs on PostgreSQL in CI and on SQLite with -m slow,
+# which keeps the chaos suite near its five-minute budget.
 @pytest.mark.timeout(600)
+@pytest.mark.parametrize(
+    "dialect", ["postgresql", pytest.param("sqlite", marks=pytest.mark.slow)], indirect=True
+)
 def test_a_message_storm_changes_nothing_and_throughput_recovers(
     dialect: str, chaos_database, chaos_redis, fleet
 ) -> None:
@@ -72,12 +78,12 @@ def test_a_message_storm_changes_nothing_and_throughput_recovers(
     worker = fleet.worker(concurrency=2)
     fleet.beat()
     wait_for(lambda: _quiet(engine), timeout=120, interval=0.5)
-    before = _drain_rate(engine, 300, start=0)
+    before = _drain_rate(engine, 200, start=0)
 
     # A client of its own, like any other publisher on the broker (JSON only, as the workers).
     publisher = Celery("storm", broker=chaos_redis.url, set_as_current=False)
     publisher.conf.update(task_serializer="json", accept_content=["json"])
-    write_entries(engine, sample_entries(1000, start=10_000, seed=2))
+    write_entries(engine, sample_entries(600, start=10_000, seed=2))
     with engine.connect() as conn:
         real = [tuple(r) for r in conn.execute(sa.text(
             "SELECT collection_id, content_id FROM _emdash_media_usage_work"))]  # fmt: skip
@@ -88,7 +94,7 @@ def test_a_message_storm_changes_nothing_and_throughput_recovers(
                           queue=QUEUE, producer=producer)  # fmt: skip
     wait_for(lambda: work_rows(engine) == 0, timeout=300, interval=0.5)
     wait_for(lambda: _queued(publisher) == 0, timeout=300, interval=0.5)
-    after = _drain_rate(engine, 300, start=20_000)
+    after = _drain_rate(engine, 200, start=20_000)
 
     report = audit.check(engine, tolerance_ms=50 if dialect == "postgresql" else 0)
     logs = fleet.logs()
@@ -101,7 +107,7 @@ def test_a_message_storm_changes_nothing_and_throughput_recovers(
     assert "exited with" not in logs and "WorkerLostError" not in logs  # no pool child crashed
     assert figures["invalid_messages_logged"] > STORM / 3
     assert report.stale == []
-    assert report.claims == report.completions == 1600  # only the real items were claimed
+    assert report.claims == report.completions == 1000  # only the real items were claimed
     assert actual_index(engine) == expected_index(engine)
     assert after >= before / 2, figures  # the storm is over and the pipeline is back to speed
     engine.dispose()
