@@ -45,7 +45,9 @@ def _samples(url: str, ids: list[str], fast_path: bool, count: int, every: float
                 content_id = ids[written]
                 started = time.perf_counter()
                 with conn.begin():
-                    version = conn.execute(sa.text(WRITE), {"m": "media-9999", "id": content_id})
+                    # A value never used before, so the projection really changes.
+                    value = f"media-latency-{fast_path}-{written}-{time.time_ns()}"
+                    version = conn.execute(sa.text(WRITE), {"m": value, "id": content_id})
                     expected = version.scalar_one()
                 if fast_path:
                     after_write("articles", content_id)
