@@ -15,9 +15,12 @@ from tasks.engines import get_engine
 
 QUEUE = "bench_baseline"
 app = Celery("bench_baseline", broker=os.environ.get("MEDIA_USAGE_BROKER_URL"))
+# The same Celery settings as tasks.app (JSON, late acks, prefetch 1, task events for Flower):
+# only the lease, the work table and the fencing are missing.
 app.conf.update(
     task_serializer="json", accept_content=["json"], task_acks_late=True,
     worker_prefetch_multiplier=1, task_ignore_result=True, task_default_queue=QUEUE,
+    worker_send_task_events=True, task_send_sent_event=True,
 )  # fmt: skip
 _counter = {}
 
