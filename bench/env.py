@@ -61,7 +61,7 @@ class Bench(contextlib.ExitStack):
         # Reconcile the still-empty collections now, as a site that has been running would be:
         # the benchmarks measure incremental work, not a first reconciliation.
         for slug in COLLECTIONS:
-            assert repair_collection(engine, slug).outcome == "complete"
+            assert repair_collection(engine, slug).status == "complete"
         engine.dispose()
         return url
 
