@@ -10,8 +10,9 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -42,16 +43,21 @@ def _unavailable(reason: str) -> None:
     pytest.skip(reason)
 
 
+def start_or_skip(server: Callable[[], Any], name: str) -> Any:
+    """Start a throwaway server; skip (fail under CI) where its binaries are missing."""
+    try:
+        return server().start()
+    except (ServerUnavailable, OSError) as exc:
+        _unavailable(f"{name} unavailable: {exc}")
+
+
 @pytest.fixture(scope="session")
 def postgres_admin_url() -> Iterator[str]:
     configured = os.environ.get("MEDIA_USAGE_TEST_POSTGRES_URL")
     if configured:
         yield configured
         return
-    try:
-        server = PostgresServer().start()
-    except (ServerUnavailable, OSError) as exc:
-        _unavailable(f"PostgreSQL unavailable: {exc}")
+    server = start_or_skip(PostgresServer, "PostgreSQL")
     try:
         yield server.admin_url
     finally:
@@ -64,10 +70,7 @@ def redis_url() -> Iterator[str]:
     if configured:
         yield configured
         return
-    try:
-        server = RedisServer().start()
-    except (ServerUnavailable, OSError) as exc:
-        _unavailable(f"Redis unavailable: {exc}")
+    server = start_or_skip(RedisServer, "Redis")
     try:
         yield server.url
     finally:

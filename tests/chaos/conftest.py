@@ -11,16 +11,13 @@ import sqlalchemy as sa
 from repository.db import create_engine
 from repository.migrate import upgrade
 from tests.acceptance.conftest import Processes
-from tests.conftest import _unavailable
-from tests.servers import PostgresServer, RedisServer, ServerUnavailable
+from tests.conftest import start_or_skip
+from tests.servers import PostgresServer, RedisServer
 
 
 @pytest.fixture
 def chaos_redis() -> Iterator[RedisServer]:
-    try:
-        server = RedisServer().start()
-    except (ServerUnavailable, OSError) as exc:
-        _unavailable(f"Redis unavailable: {exc}")
+    server = start_or_skip(RedisServer, "Redis")
     yield server
     server.stop()
 
@@ -33,10 +30,7 @@ def chaos_database(dialect: str, tmp_path: Path) -> Iterator[tuple[str, Postgres
         upgrade(url)
         yield url, None
         return
-    try:
-        server = PostgresServer().start()
-    except (ServerUnavailable, OSError) as exc:
-        _unavailable(f"PostgreSQL unavailable: {exc}")
+    server = start_or_skip(PostgresServer, "PostgreSQL")
     try:
         admin = create_engine(server.admin_url, isolation_level="AUTOCOMMIT")
         with admin.connect() as conn:
