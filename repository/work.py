@@ -657,10 +657,14 @@ class MediaUsageWorkRepository:
 
     def oldest_due(self) -> tuple[str, str | None]:
         """The database's now and the earliest due time of any due row (``None`` if none)."""
+        # One state per query: min() over a single state's index range is its first entry,
+        # while an IN list makes the database aggregate every due row (slow with a backlog).
         candidates = [
             sa.select(sa.func.min(w.next_attempt_at)).where(
-                w.state.in_(("pending", "retry")), is_due(w.next_attempt_at)
-            ),
+                w.state == state, is_due(w.next_attempt_at)
+            )
+            for state in ("pending", "retry")
+        ] + [
             sa.select(sa.func.min(w.lease_expires_at)).where(
                 w.state == "leased", is_due(w.lease_expires_at)
             ),
