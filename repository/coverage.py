@@ -34,8 +34,8 @@ _success_note_due = sa.or_(
 def record_incremental_success(bind: Bind, collection_id: str, slug: str) -> None:
     """Note the success; restore ``complete`` only when nothing is pending or being reconciled.
 
-    Meant to run in the transaction that completed the work row, so the note and the completion
-    commit together and cost no extra transaction.
+    Must run after the completing transaction committed (see the processor), so concurrent
+    completions of the last two items cannot each see the other's row and both skip it.
     """
     with transaction(bind) as conn:
         current = conn.execute(

@@ -111,11 +111,12 @@ def _process(
     with _keeping(heartbeat_repo, claimed, lease_seconds, heartbeat):
         code = refresh(conn, entry, limits, fence)
     if code is None:
-        # Completion and the coverage note commit together.
-        with transaction(conn):
-            if not repo.complete_work(**lease):
-                return result("superseded")
-            coverage.record_incremental_success(conn, entry.collection_id, entry.collection_slug)
+        if not repo.complete_work(**lease):
+            return result("superseded")
+        # Noted only after the deletion committed: were both in one transaction, the last two
+        # completions of a collection could each see the other's row and neither restore
+        # ``complete`` (the chaos test found this).
+        coverage.record_incremental_success(conn, entry.collection_id, entry.collection_slug)
         return result("completed")
 
     # A refresh of an entry whose collection is gone fails; the item is then obsolete.
