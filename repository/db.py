@@ -102,15 +102,12 @@ def transaction(bind: Bind) -> Iterator[sa.Connection]:
     """One transaction on ``bind``.
 
     An engine lends a pooled connection for it; a held connection is reused, so a caller that
-    runs several steps (the processor) pays for one checkout and one pre-ping, not one per step,
-    and a caller already inside a transaction makes several steps commit together.
+    runs several steps (the processor) pays for one checkout and one pre-ping, not one per step.
+    Each call commits on its own; a connection already inside a transaction is an error.
     """
     if isinstance(bind, Engine):
         with bind.begin() as conn:
             yield conn
-    elif bind.in_transaction():
-        # Joining: the caller's block owns the transaction and commits it.
-        yield bind
     else:
         with bind.begin():
             yield bind
