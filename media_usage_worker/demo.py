@@ -25,7 +25,7 @@ from repository.activation import activate
 from repository.db import create_engine
 from repository.migrate import upgrade
 from repository.sample_content import create_sample_collections, write_entries
-from repository.status import index_totals, overview
+from repository.status import CollectionStatus, index_totals, overview
 
 BATCH = 500
 POLL_SECONDS = 0.5
@@ -72,7 +72,7 @@ def run_demo(
                 written += write_entries(engine, sample_entries(count, start=batch_start))
             echo(f"wrote {written} entries by plain SQL; the capture triggers queued them")
             progress = _Progress(engine, written, started, echo)
-            finished = _wait(lambda: progress.report() and _all_complete(engine), deadline)
+            finished = _wait(progress.report, deadline)
             elapsed = time.monotonic() - started
         return _summary(engine, directory, written, elapsed, finished, slugs)
     finally:
@@ -140,7 +140,11 @@ def _wait(done: Callable[[], bool], deadline: float) -> bool:
 
 
 def _all_complete(engine: sa.Engine) -> bool:
-    _, _, details = overview(engine)
+    return _done(overview(engine)[2])
+
+
+def _done(details: list[CollectionStatus]) -> bool:
+    """No work left and every collection's coverage complete."""
     return all(d.coverage == "complete" and not any(d.work.values()) for d in details)
 
 
@@ -153,7 +157,7 @@ class _Progress:
     last: float = 0.0
 
     def report(self) -> bool:
-        """Print a line about once a second; ``True`` once no work is left."""
+        """Print a line about once a second; ``True`` once all is done (one overview read)."""
         _, _, details = overview(self.engine)
         left = sum(sum(d.work.values()) for d in details)
         now = time.monotonic()
@@ -164,7 +168,7 @@ class _Progress:
             self.echo(
                 f"  processed {done:>6}/{self.written}  work left {left:>6}  {rate:6.0f} items/s"
             )
-        return left == 0
+        return _done(details)
 
 
 def _summary(
