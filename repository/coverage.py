@@ -16,7 +16,7 @@ from repository.schema import (
 st = index_status.c
 
 
-def _active_status(collection_id: str, slug: str) -> list[sa.ColumnElement[bool]]:
+def _active_status(collection_id: object, slug: object) -> list[sa.ColumnElement[bool]]:
     return [
         *status_row(collection_id, slug),
         st.capture_state == "active",
@@ -29,54 +29,59 @@ def _active_status(collection_id: str, slug: str) -> list[sa.ColumnElement[bool]
 _success_note_due = sa.or_(
     st.last_incremental_success_at.is_(None), st.last_incremental_success_at < db_now(-1)
 )
+_collection = sa.bindparam("p_collection_id", type_=sa.Text)
+_slug = sa.bindparam("p_slug", type_=sa.Text)
+_work_remains = sa.exists(sa.select(1).where(work.c.collection_id == _collection))
+_restorable = sa.and_(
+    st.reconciliation_required == 0, st.status.in_(("stale", "partial")), ~_work_remains
+)
+# Built once (this runs after every completed item); values are bound parameters only.
+_READ_STATUS = sa.select(
+    st.change_epoch,
+    _restorable.label("restorable"),
+    _success_note_due.label("note_due"),
+).where(*_active_status(_collection, _slug))
+_NOTE_SUCCESS = (
+    index_status.update()
+    .where(*_active_status(_collection, _slug), _success_note_due)
+    .values(last_incremental_success_at=db_now(), updated_at=db_now())
+)
+# CAS on the epoch read before: a capture that committed since then (and whose work row this
+# statement's snapshot might not see) has moved the epoch, so nothing is marked complete.
+_RESTORE_COMPLETE = (
+    index_status.update()
+    .where(
+        *_active_status(_collection, _slug),
+        st.change_epoch == sa.bindparam("p_epoch", type_=sa.BigInteger),
+    )
+    .values(
+        status=sa.case((_restorable, "complete"), else_=st.status),
+        completed_at=sa.case((_restorable, db_now()), else_=st.completed_at),
+        last_error_code=sa.case((_restorable, sa.null()), else_=st.last_error_code),
+        last_incremental_success_at=db_now(),
+        updated_at=db_now(),
+    )
+)
 
 
 def record_incremental_success(bind: Bind, collection_id: str, slug: str) -> None:
     """Note the success; restore ``complete`` only when nothing is pending or being reconciled.
 
-    Must run after the completing transaction committed (see the processor), so concurrent
-    completions of the last two items cannot each see the other's row and both skip it.
+    Must run after the completing transaction committed (see the processor): each completion
+    then reads after its own deletion committed, so of the last two completions of a collection
+    the later reader sees both rows gone and restores ``complete``. While other work remains
+    nothing is restorable, and only the throttled timestamp moves.
     """
+    params = {"p_collection_id": collection_id, "p_slug": slug}
     with transaction(bind) as conn:
-        current = conn.execute(
-            sa.select(
-                st.change_epoch,
-                st.status,
-                st.reconciliation_required,
-                _success_note_due.label("note_due"),
-            ).where(*_active_status(collection_id, slug))
-        ).first()
+        current = conn.execute(_READ_STATUS, params).first()
         if current is None:
             return
-        epoch, status, required, note_due = current
-        if required or status not in ("stale", "partial"):
-            # Nothing to restore: only the success timestamp moves.
-            if note_due:
-                conn.execute(
-                    index_status.update()
-                    .where(*_active_status(collection_id, slug), _success_note_due)
-                    .values(last_incremental_success_at=db_now(), updated_at=db_now())
-                )
-            return
-        restorable = sa.and_(
-            st.reconciliation_required == 0,
-            st.status.in_(("stale", "partial")),
-            ~sa.exists(sa.select(1).where(work.c.collection_id == collection_id)),
-        )
-        # CAS on the epoch read above: a capture that committed since then (and whose work row
-        # this statement's snapshot might not see) has moved the epoch, so nothing is marked
-        # complete.
-        conn.execute(
-            index_status.update()
-            .where(*_active_status(collection_id, slug), st.change_epoch == epoch)
-            .values(
-                status=sa.case((restorable, "complete"), else_=st.status),
-                completed_at=sa.case((restorable, db_now()), else_=st.completed_at),
-                last_error_code=sa.case((restorable, sa.null()), else_=st.last_error_code),
-                last_incremental_success_at=db_now(),
-                updated_at=db_now(),
-            )
-        )
+        epoch, restorable, note_due = current
+        if restorable:
+            conn.execute(_RESTORE_COMPLETE, {**params, "p_epoch": epoch})
+        elif note_due:
+            conn.execute(_NOTE_SUCCESS, params)
 
 
 def record_incremental_failure(

@@ -157,10 +157,10 @@ def replace_source_if_matching(
     generation = new_ulid()
     try:
         with transaction(bind) as conn:
-            now = conn.execute(sa.select(db_now())).scalar_one()
-            # FOR KEY SHARE keeps the collection from being deleted under the write (PostgreSQL).
+            # FOR KEY SHARE keeps the collection from being deleted under the write (PostgreSQL);
+            # the same statement reads the database clock for every timestamp of the write.
             locked = conn.execute(
-                sa.select(collections.c.id)
+                sa.select(collections.c.id, db_now().label("now"))
                 .where(
                     collections.c.id == source["collection_id"],
                     collections.c.slug == source["collection_slug"],
@@ -169,6 +169,7 @@ def replace_source_if_matching(
             ).first()
             if locked is None:
                 raise PromotionLost
+            now = locked.now
             if snapshot.occurrences:
                 conn.execute(
                     occurrences.insert(),
