@@ -1,18 +1,24 @@
-"""Keep a work lease alive while its item is legitimately being processed.
+"""Keep work leases alive while their items are legitimately being processed.
 
-A background thread renews the lease (a fenced UPDATE on token and version) every
-``every_seconds``. It stops when processing ends, when the lease is lost (someone else took the
-row, or a new version fenced it), or at ``max_seconds`` after the claim, so a hung worker still
-gives the item up: the task's hard time limit sits below that bound. A worker that dies stops
-renewing, and its lease expires ``lease_seconds`` after the last renewal.
+One renewal thread per process serves every lease the process holds: holding a lease costs a
+dictionary entry, not a thread start and join per item (most items finish long before their
+first renewal is due). Each held lease is renewed (a fenced UPDATE on token and version) every
+``every_seconds``; renewal stops when processing ends, when the lease is lost (someone else took
+the row, or a new version fenced it), or at ``max_seconds`` after the claim, so a hung worker
+still gives the item up: the task's hard time limit sits below that bound. A worker that dies
+stops renewing, and its lease expires ``lease_seconds`` after the last renewal.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
+import os
 import threading
 import time
-from types import TracebackType
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 from domain.work import WorkRecord
 from repository.work import MediaUsageWorkRepository
@@ -20,8 +26,32 @@ from repository.work import MediaUsageWorkRepository
 log = logging.getLogger(__name__)
 
 
-class LeaseHeartbeat:
-    def __init__(
+@dataclass(eq=False)
+class HeldLease:
+    """One lease being kept; ``lost`` is set once a renewal found it gone."""
+
+    repo: MediaUsageWorkRepository
+    claimed: WorkRecord
+    lease_seconds: int
+    every_seconds: float
+    deadline: float
+    next_renewal: float
+    renewals: int = 0
+    lost: threading.Event = field(default_factory=threading.Event)
+
+
+class LeaseKeeper:
+    """The process's renewal thread and the leases it keeps."""
+
+    def __init__(self) -> None:
+        self._wake = threading.Condition()
+        self._held: dict[int, HeldLease] = {}
+        self._ids = itertools.count()
+        self._thread: threading.Thread | None = None
+        self._pid = 0
+
+    @contextmanager
+    def keeping(
         self,
         repo: MediaUsageWorkRepository,
         claimed: WorkRecord,
@@ -29,47 +59,71 @@ class LeaseHeartbeat:
         lease_seconds: int,
         every_seconds: float,
         max_seconds: float,
-    ) -> None:
-        self._repo = repo
-        self._claimed = claimed
-        self._lease_seconds = lease_seconds
-        self._every = every_seconds
-        self._deadline = time.monotonic() + max_seconds
-        self._stop = threading.Event()
-        self.lost = threading.Event()
-        self.renewals = 0
-        self._thread = threading.Thread(target=self._run, name="media-usage-lease", daemon=True)
+    ) -> Iterator[HeldLease]:
+        now = time.monotonic()
+        held = HeldLease(
+            repo, claimed, lease_seconds, every_seconds, now + max_seconds, now + every_seconds
+        )
+        key = next(self._ids)
+        with self._wake:
+            self._held[key] = held
+            self._ensure_thread()
+            self._wake.notify()
+        try:
+            yield held
+        finally:
+            with self._wake:
+                self._held.pop(key, None)
 
-    def __enter__(self) -> LeaseHeartbeat:
-        self._thread.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._stop.set()
-        self._thread.join(timeout=self._every + 5)
+    def _ensure_thread(self) -> None:
+        # A forked child (a Celery pool process) inherits the object but not the thread.
+        if self._thread is None or self._pid != os.getpid() or not self._thread.is_alive():
+            self._pid = os.getpid()
+            self._thread = threading.Thread(target=self._run, name="media-usage-lease", daemon=True)
+            self._thread.start()
 
     def _run(self) -> None:
-        claimed = self._claimed
-        while not self._stop.wait(self._every):
-            if time.monotonic() >= self._deadline:
-                return
-            try:
-                expiry = self._repo.extend_lease(
-                    collection_id=claimed.collection_id,
-                    content_id=claimed.content_id,
-                    work_version=claimed.work_version,
-                    lease_token=claimed.lease_token,
-                    lease_duration_seconds=self._lease_seconds,
-                )
-            except Exception:  # a database blip: try again next beat, the lease still runs
-                log.warning("lease renewal failed for %s", claimed.content_id, exc_info=True)
-                continue
-            if expiry is None:
-                self.lost.set()
-                return
-            self.renewals += 1
+        while True:
+            with self._wake:
+                due = self._due_or_wait()
+            for key, held in due:
+                if not self._renew(held):
+                    with self._wake:
+                        self._held.pop(key, None)
+
+    def _due_or_wait(self) -> list[tuple[int, HeldLease]]:
+        """Leases whose renewal is due now; otherwise sleep until the next one (or a new hold)."""
+        now = time.monotonic()
+        for key, held in list(self._held.items()):
+            if now >= held.deadline:
+                del self._held[key]  # a hung item gives its lease up at max_seconds
+        due = [(k, h) for k, h in self._held.items() if h.next_renewal <= now]
+        if not due:
+            next_at = min((h.next_renewal for h in self._held.values()), default=None)
+            self._wake.wait(None if next_at is None else next_at - now)
+        return due
+
+    @staticmethod
+    def _renew(held: HeldLease) -> bool:
+        """Renew once; ``False`` when the lease is gone and renewing should stop."""
+        claimed = held.claimed
+        held.next_renewal = time.monotonic() + held.every_seconds
+        try:
+            expiry = held.repo.extend_lease(
+                collection_id=claimed.collection_id,
+                content_id=claimed.content_id,
+                work_version=claimed.work_version,
+                lease_token=claimed.lease_token,
+                lease_duration_seconds=held.lease_seconds,
+            )
+        except Exception:  # a database blip: try again next beat, the lease still runs
+            log.warning("lease renewal failed for %s", claimed.content_id, exc_info=True)
+            return True
+        if expiry is None:
+            held.lost.set()
+            return False
+        held.renewals += 1
+        return True
+
+
+keeper = LeaseKeeper()

@@ -19,7 +19,7 @@ from domain import policy
 from domain.snapshots import ContentEntry
 from repository import coverage
 from repository.db import transaction
-from repository.heartbeat import LeaseHeartbeat
+from repository.heartbeat import keeper
 from repository.identity import registered
 from repository.refresh import refresh_entry
 from repository.work import MediaUsageWorkRepository, live_lease_exists
@@ -107,7 +107,7 @@ def _process(
         return ProcessResult(outcome, collection_id, content_id, claimed.work_version, code)
 
     fence = [live_lease_exists(**lease)]
-    # The heartbeat runs on its own thread, so it renews through the engine, never this conn.
+    # The renewal thread is the process's own, so it renews through the engine, never this conn.
     with _keeping(heartbeat_repo, claimed, lease_seconds, heartbeat):
         code = refresh(conn, entry, limits, fence)
     if code is None:
@@ -148,7 +148,7 @@ def _keeping(
 ) -> AbstractContextManager[Any]:
     if heartbeat is None:
         return nullcontext()
-    return LeaseHeartbeat(
+    return keeper.keeping(
         repo,
         claimed,
         lease_seconds=lease_seconds,
