@@ -24,6 +24,9 @@ from domain.work import WorkRecord
 from repository.work import MediaUsageWorkRepository
 
 log = logging.getLogger(__name__)
+# With nothing to renew the thread still wakes this often, so a new hold whose first renewal is
+# due later than that needs no wake-up call (the usual case: items end long before it).
+IDLE_WAKE_SECONDS = 1.0
 
 
 @dataclass(eq=False)
@@ -49,6 +52,7 @@ class LeaseKeeper:
         self._ids = itertools.count()
         self._thread: threading.Thread | None = None
         self._pid = 0
+        self._waiting_until = 0.0
 
     @contextmanager
     def keeping(
@@ -67,20 +71,24 @@ class LeaseKeeper:
         key = next(self._ids)
         with self._wake:
             self._held[key] = held
-            self._ensure_thread()
-            self._wake.notify()
+            if not self._ensure_thread() and held.next_renewal < self._waiting_until:
+                self._wake.notify()
         try:
             yield held
         finally:
             with self._wake:
                 self._held.pop(key, None)
 
-    def _ensure_thread(self) -> None:
+    def _ensure_thread(self) -> bool:
+        """Start the thread if this process has none; ``True`` when it was just started."""
         # A forked child (a Celery pool process) inherits the object but not the thread.
-        if self._thread is None or self._pid != os.getpid() or not self._thread.is_alive():
-            self._pid = os.getpid()
-            self._thread = threading.Thread(target=self._run, name="media-usage-lease", daemon=True)
-            self._thread.start()
+        if self._thread is not None and self._pid == os.getpid() and self._thread.is_alive():
+            return False
+        self._pid = os.getpid()
+        self._waiting_until = 0.0
+        self._thread = threading.Thread(target=self._run, name="media-usage-lease", daemon=True)
+        self._thread.start()
+        return True
 
     def _run(self) -> None:
         while True:
@@ -92,15 +100,17 @@ class LeaseKeeper:
                         self._held.pop(key, None)
 
     def _due_or_wait(self) -> list[tuple[int, HeldLease]]:
-        """Leases whose renewal is due now; otherwise sleep until the next one (or a new hold)."""
+        """Leases whose renewal is due now; otherwise sleep until the next one is (or a hold
+        that is due sooner wakes the thread)."""
         now = time.monotonic()
         for key, held in list(self._held.items()):
             if now >= held.deadline:
                 del self._held[key]  # a hung item gives its lease up at max_seconds
         due = [(k, h) for k, h in self._held.items() if h.next_renewal <= now]
         if not due:
-            next_at = min((h.next_renewal for h in self._held.values()), default=None)
-            self._wake.wait(None if next_at is None else next_at - now)
+            renewals = [h.next_renewal for h in self._held.values()]
+            self._waiting_until = min(renewals, default=now + IDLE_WAKE_SECONDS)
+            self._wake.wait(self._waiting_until - now)
         return due
 
     @staticmethod
