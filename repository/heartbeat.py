@@ -47,11 +47,15 @@ class LeaseKeeper:
     """The process's renewal thread and the leases it keeps."""
 
     def __init__(self) -> None:
+        self._ids = itertools.count()
+        self._reset()
+
+    def _reset(self) -> None:
+        """Fresh state: also what a forked child starts from (it inherits no thread, and the
+        parent's lock could have been held at the fork)."""
         self._wake = threading.Condition()
         self._held: dict[int, HeldLease] = {}
-        self._ids = itertools.count()
         self._thread: threading.Thread | None = None
-        self._pid = 0
         self._waiting_until = 0.0
 
     @contextmanager
@@ -81,10 +85,8 @@ class LeaseKeeper:
 
     def _ensure_thread(self) -> bool:
         """Start the thread if this process has none; ``True`` when it was just started."""
-        # A forked child (a Celery pool process) inherits the object but not the thread.
-        if self._thread is not None and self._pid == os.getpid() and self._thread.is_alive():
+        if self._thread is not None and self._thread.is_alive():
             return False
-        self._pid = os.getpid()
         self._waiting_until = 0.0
         self._thread = threading.Thread(target=self._run, name="media-usage-lease", daemon=True)
         self._thread.start()
@@ -137,3 +139,4 @@ class LeaseKeeper:
 
 
 keeper = LeaseKeeper()
+os.register_at_fork(after_in_child=keeper._reset)

@@ -144,10 +144,13 @@ def _active_status_for(
 
 # The two statements every item runs are built once, with bound parameters only: building a
 # Core statement per call cost more Python time than the database spent executing it.
-_LIVE_LEASE = [
+_ITEM_VERSION = [
     w.collection_id == sa.bindparam("p_collection_id", type_=sa.Text),
     w.content_id == sa.bindparam("p_content_id", type_=sa.Text),
     w.work_version == sa.bindparam("p_work_version", type_=sa.BigInteger),
+]
+_LIVE_LEASE = [
+    *_ITEM_VERSION,
     w.state == "leased",
     w.lease_token == sa.bindparam("p_lease_token", type_=sa.Text),
     lease_is_live(w.lease_expires_at),
@@ -155,7 +158,7 @@ _LIVE_LEASE = [
 _CLAIM = (
     work.update()
     .where(
-        *_LIVE_LEASE[:3],
+        *_ITEM_VERSION,
         sa.or_(
             sa.and_(w.state.in_(("pending", "retry")), is_due(w.next_attempt_at)),
             sa.and_(w.state == "leased", _lease_expired(w.lease_expires_at)),
