@@ -11,6 +11,7 @@ from repository.heartbeat import LeaseKeeper
 from repository.processor import Heartbeat, process_work_item
 from repository.refresh import refresh_entry
 from repository.work import MediaUsageWorkRepository
+from tests.acceptance.conftest import wait_for
 from tests.support import PAST, active_collection, get_work, set_work
 
 FIELDS = [FieldDefinition("hero", "Hero", "image")]
@@ -93,37 +94,29 @@ def test_a_holder_that_lost_its_lease_writes_no_index(db: sa.Engine) -> None:
         assert conn.execute(sa.text("SELECT count(*) FROM _emdash_media_usage")).scalar() == 0
 
 
-def _claim(db: sa.Engine, collection_id: str, content_id: str):
-    return MediaUsageWorkRepository(db).claim_work(
-        collection_id=collection_id,
-        content_id=content_id,
-        work_version=1,
-        lease_duration_seconds=1,
-    )
-
-
-def _wait_for(predicate, timeout: float = 10) -> bool:
-    tick = threading.Event()
-    for _ in range(int(timeout / 0.05)):
-        if predicate():
-            return True
-        tick.wait(0.05)
-    return predicate()
+def _two_claimed_items(db: sa.Engine):
+    """Two items claimed with 1 s leases, a fresh keeper, and the repository it renews with."""
+    posts = active_collection(db, "posts", FIELDS)
+    sql(db, "INSERT INTO ec_posts (id, hero) VALUES ('e1', 'm1'), ('e2', 'm2')")
+    repo = MediaUsageWorkRepository(db)
+    claimed = [
+        repo.claim_work(
+            collection_id=posts.id, content_id=c, work_version=1, lease_duration_seconds=1
+        )
+        for c in ("e1", "e2")
+    ]
+    return posts, claimed, LeaseKeeper(), repo
 
 
 def test_one_keeper_renews_every_lease_it_holds_and_lets_go_of_finished_ones(
     db: sa.Engine,
 ) -> None:
-    posts = active_collection(db, "posts", FIELDS)
-    sql(db, "INSERT INTO ec_posts (id, hero) VALUES ('e1', 'm1'), ('e2', 'm2')")
-    first, second = _claim(db, posts.id, "e1"), _claim(db, posts.id, "e2")
-    keeper = LeaseKeeper()
-    repo = MediaUsageWorkRepository(db)
+    _, (first, second), keeper, repo = _two_claimed_items(db)
     with keeper.keeping(repo, first, lease_seconds=1, every_seconds=0.1, max_seconds=30) as a:
         with keeper.keeping(repo, second, lease_seconds=1, every_seconds=0.1, max_seconds=30) as b:
-            assert _wait_for(lambda: a.renewals >= 3 and b.renewals >= 3)
+            wait_for(lambda: a.renewals >= 3 and b.renewals >= 3, timeout=10, interval=0.05)
         renewed = b.renewals
-        assert _wait_for(lambda: a.renewals >= renewed + 3)
+        wait_for(lambda: a.renewals >= renewed + 3, timeout=10, interval=0.05)
         # The finished hold is no longer renewed while the other one still is.
         assert b.renewals <= renewed + 1
     assert not a.lost.is_set() and not b.lost.is_set()
@@ -132,20 +125,16 @@ def test_one_keeper_renews_every_lease_it_holds_and_lets_go_of_finished_ones(
 def test_a_hold_past_its_bound_stops_renewing_and_a_lost_lease_is_reported(
     db: sa.Engine,
 ) -> None:
-    posts = active_collection(db, "posts", FIELDS)
-    sql(db, "INSERT INTO ec_posts (id, hero) VALUES ('e1', 'm1'), ('e2', 'm2')")
-    hung, taken = _claim(db, posts.id, "e1"), _claim(db, posts.id, "e2")
-    keeper = LeaseKeeper()
-    repo = MediaUsageWorkRepository(db)
+    posts, (hung, taken), keeper, repo = _two_claimed_items(db)
     with (
         keeper.keeping(repo, hung, lease_seconds=1, every_seconds=0.1, max_seconds=0.5) as h,
         keeper.keeping(repo, taken, lease_seconds=1, every_seconds=0.1, max_seconds=30) as t,
     ):
         set_work(db, posts.id, "e2", lease_token="someone-else")
-        assert _wait_for(t.lost.is_set)
+        wait_for(t.lost.is_set, timeout=10, interval=0.05)
         # A hung item gives its lease up: renewals stop at max_seconds and the lease runs out
         # (were it still renewed every 0.1 s, nobody could claim it for 30 s).
-        assert _wait_for(
+        wait_for(
             lambda: (
                 repo.claim_work(
                     collection_id=posts.id,
@@ -156,5 +145,6 @@ def test_a_hold_past_its_bound_stops_renewing_and_a_lost_lease_is_reported(
                 is not None
             ),
             timeout=15,
+            interval=0.05,
         )
         assert not h.lost.is_set()
