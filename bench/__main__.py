@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import platform
 import sys
@@ -58,7 +59,11 @@ def main(argv: list[str] | None = None) -> int:
             print("\n".join(lines), flush=True)
 
         if args.which in ("all", "drain"):
-            report(drain.run(bench, entries, repeat, tuple(args.workers)))
+            # (c) is an optional extra: without procrastinate installed, (a) and (b) still run.
+            with_c = importlib.util.find_spec("procrastinate") is not None
+            if not with_c:
+                report(["(c) procrastinate skipped: not installed (pip install -e '.[bench]')"])
+            report(drain.run(bench, entries, repeat, tuple(args.workers), with_c))
         if args.which in ("all", "sqlite"):
             report(drain.run_sqlite(bench, entries, repeat))
         if args.which in ("all", "tick"):

@@ -1,15 +1,17 @@
-"""Drain throughput: (a) this pipeline against (b) plain Celery doing the same refresh."""
+"""Drain throughput: (a) this pipeline against (b) plain Celery and (c) procrastinate doing the
+same refresh."""
 
 from __future__ import annotations
 
+import sys
 import time
 
 import redis
 import sqlalchemy as sa
 from celery import Celery
 
-from bench.env import Bench, fill, wait_until, work_left
-from bench.stats import Figure, alternate
+from bench.env import Bench, fill, wait_for_log, wait_until, work_left
+from bench.stats import Figure, alternate, ratios
 from repository.db import create_engine
 
 
@@ -32,13 +34,9 @@ def pipeline(bench: Bench, dialect: str, entries: int, workers: int) -> float:
     return entries / elapsed
 
 
-def plain_celery(bench: Bench, dialect: str, entries: int, workers: int) -> float:
-    """Items/s of ``bench.refresh`` messages, one per entry, published before the clock starts."""
-    from bench import baseline_app
-
-    url = bench.database(dialect)
+def _take_work_items(url: str, entries: int) -> list[tuple[str, str, str]]:
+    """Fill the database, then take its work rows away: the baselines get the items directly."""
     fill(url, entries)
-    bench.flush_redis()
     engine = create_engine(url)
     with engine.connect() as conn:
         items = conn.execute(sa.text(
@@ -47,11 +45,21 @@ def plain_celery(bench: Bench, dialect: str, entries: int, workers: int) -> floa
         conn.execute(sa.text("DELETE FROM _emdash_media_usage_work"))
         conn.commit()
     engine.dispose()
+    return [tuple(item) for item in items]
+
+
+def plain_celery(bench: Bench, dialect: str, entries: int, workers: int) -> float:
+    """Items/s of ``bench.refresh`` messages, one per entry, published before the clock starts."""
+    from bench import baseline_app
+
+    url = bench.database(dialect)
+    items = _take_work_items(url, entries)
+    bench.flush_redis()
     publisher = Celery("bench_publisher", broker=bench.redis.url, set_as_current=False)
     publisher.conf.update(task_serializer="json", accept_content=["json"])
     with publisher.producer_or_acquire() as producer:
         for item in items:
-            publisher.send_task("bench.refresh", args=tuple(item), queue=baseline_app.QUEUE,
+            publisher.send_task("bench.refresh", args=item, queue=baseline_app.QUEUE,
                                 producer=producer)  # fmt: skip
     publisher.close()
     counter = redis.Redis.from_url(bench.redis.url)
@@ -64,19 +72,73 @@ def plain_celery(bench: Bench, dialect: str, entries: int, workers: int) -> floa
     return entries / elapsed
 
 
-def run(bench: Bench, entries: int, repeat: int, worker_counts=(2, 4)) -> list[str]:
+def procrastinate_jobs(bench: Bench, dialect: str, entries: int, workers: int) -> float:
+    """Items/s of procrastinate jobs, one per entry, deferred before the clock starts."""
+    from bench import procrastinate_app
+
+    url = bench.database(dialect)
+    items = _take_work_items(url, entries)
+    app = procrastinate_app.make_app(url)
+    with app.open():
+        app.schema_manager.apply_schema()
+        task = app.tasks[procrastinate_app.TASK]
+        jobs = [dict(zip(("collection_id", "collection_slug", "content_id"), item, strict=True))
+                for item in items]  # fmt: skip
+        for start in range(0, len(jobs), 1000):
+            task.batch_defer(*jobs[start : start + 1000])
+    env = bench.env(url)
+    argv = [sys.executable, "-m", "procrastinate", "--verbose",
+            "--app=bench.procrastinate_app.app", "worker",
+            f"--queues={procrastinate_app.QUEUE}", "--concurrency=1"]  # fmt: skip
+    procs = [bench.spawn(argv, env, "procrastinate") for _ in range(workers)]
+    for proc in procs:
+        wait_for_log(proc, b"Starting worker")
+    engine = create_engine(url)
+    started = time.monotonic()
+    wait_until(lambda: _jobs_ended(engine) >= entries, timeout=3600, interval=0.1)
+    elapsed = time.monotonic() - started
+    for proc in procs:
+        bench.stop(proc)
+    with engine.connect() as conn:
+        failed = conn.execute(sa.text(
+            "SELECT count(*) FROM procrastinate_jobs WHERE status <> 'succeeded'"
+        )).scalar_one()  # fmt: skip
+    engine.dispose()
+    if failed:
+        raise RuntimeError(f"{failed} procrastinate jobs did not succeed; see {procs[0].log}")  # type: ignore[attr-defined]
+    return entries / elapsed
+
+
+def _jobs_ended(engine: sa.Engine) -> int:
+    with engine.connect() as conn:
+        return conn.execute(sa.text(
+            "SELECT count(*) FROM procrastinate_jobs WHERE status IN ('succeeded', 'failed')"
+        )).scalar_one()  # fmt: skip
+
+
+def run(
+    bench: Bench, entries: int, repeat: int, worker_counts=(2, 4), with_procrastinate=True
+) -> list[str]:
     lines = []
     for workers in worker_counts:
-        a, b, ratio = alternate(
-            repeat,
+        sides = [
             lambda w=workers: pipeline(bench, "postgresql", entries, w),
             lambda w=workers: plain_celery(bench, "postgresql", entries, w),
-        )
-        lines += [
-            Figure(f"drain PG {workers} workers (a) pipeline", tuple(a), "items/s").line(),
-            Figure(f"drain PG {workers} workers (b) plain Celery", tuple(b), "items/s").line(),
-            Figure(f"drain PG {workers} workers a/b", tuple(ratio), "").line(),
         ]
+        if with_procrastinate:
+            sides.append(lambda w=workers: procrastinate_jobs(bench, "postgresql", entries, w))
+        a, b, *c = alternate(repeat, *sides)
+        name = f"drain PG {workers} workers"
+        lines += [
+            Figure(f"{name} (a) pipeline", tuple(a), "items/s").line(),
+            Figure(f"{name} (b) plain Celery", tuple(b), "items/s").line(),
+            Figure(f"{name} a/b", tuple(ratios(a, b)), "").line(),
+        ]
+        if c:
+            lines += [
+                Figure(f"{name} (c) procrastinate", tuple(c[0]), "items/s").line(),
+                Figure(f"{name} a/c", tuple(ratios(a, c[0])), "").line(),
+            ]
     return lines
 
 

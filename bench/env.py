@@ -37,6 +37,7 @@ class Bench(contextlib.ExitStack):
         self.redis = RedisServer().start()
         self.callback(self.redis.stop)
         self.procs: list[subprocess.Popen] = []
+        self.spawned = 0
         self.callback(self.stop_all)
         return self
 
@@ -73,25 +74,25 @@ class Bench(contextlib.ExitStack):
     def flush_redis(self) -> None:
         redis.Redis.from_url(self.redis.url).flushall()
 
-    def celery(self, app: str, args: list[str], env: dict[str, str]) -> subprocess.Popen:
-        log = self.tmp / f"{args[0]}-{len(self.procs)}.log"
+    def spawn(self, argv: list[str], env: dict[str, str], name: str) -> subprocess.Popen:
+        """A process in its own session (killed with its children), logging to a file."""
+        self.spawned += 1
+        log = self.tmp / f"{name}-{self.spawned}.log"
         with log.open("wb") as out:
-            proc = subprocess.Popen([sys.executable, "-m", "celery", "-A", app, *args], cwd=ROOT,
-                                    env=env, stdout=out, stderr=subprocess.STDOUT,
+            proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
                                     start_new_session=True)  # fmt: skip
         proc.log = log  # type: ignore[attr-defined]
         self.procs.append(proc)
         return proc
 
+    def celery(self, app: str, args: list[str], env: dict[str, str]) -> subprocess.Popen:
+        return self.spawn([sys.executable, "-m", "celery", "-A", app, *args], env, args[0])
+
     def worker(self, app: str, queue: str, concurrency: int, env: dict[str, str]):
         proc = self.celery(app, ["worker", "-Q", queue, "-c", str(concurrency), "-l", "info",
                                  "--without-heartbeat", "--without-gossip", "--without-mingle"],
                            env)  # fmt: skip
-        deadline = time.monotonic() + 60
-        while b" ready." not in proc.log.read_bytes():  # type: ignore[attr-defined]
-            if time.monotonic() > deadline or proc.poll() is not None:
-                raise RuntimeError(f"worker did not start; see {proc.log}")  # type: ignore[attr-defined]
-            time.sleep(0.05)  # polling a log another process writes
+        wait_for_log(proc, b" ready.")
         return proc
 
     def stop(self, proc: subprocess.Popen) -> None:
@@ -111,6 +112,16 @@ def fill(url: str, entries: int, seed: int = 1) -> None:
     for start in range(0, entries, 1000):
         write_entries(engine, sample_entries(min(1000, entries - start), start=start, seed=seed))
     engine.dispose()
+
+
+def wait_for_log(proc: subprocess.Popen, marker: bytes, timeout: float = 60) -> None:
+    """Wait until a process started by ``Bench.spawn`` has written ``marker`` to its log."""
+    log: Path = proc.log  # type: ignore[attr-defined]
+    deadline = time.monotonic() + timeout
+    while marker not in log.read_bytes():
+        if time.monotonic() > deadline or proc.poll() is not None:
+            raise RuntimeError(f"{proc.args[:4]} did not start; see {log}")
+        time.sleep(0.05)  # polling a log another process writes
 
 
 def wait_until(predicate, timeout: float, interval: float = 0.05) -> None:

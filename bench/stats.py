@@ -25,12 +25,15 @@ def percentile(samples: Sequence[float], p: float) -> float:
     return ordered[index]
 
 
-def alternate(
-    repeat: int, a: Callable[[], float], b: Callable[[], float]
-) -> tuple[list[float], list[float], list[float]]:
-    """Run A B A B ... so drift of the machine hits both sides alike; returns a, b and a/b."""
-    xs, ys = [], []
+def alternate(repeat: int, *sides: Callable[[], float]) -> list[list[float]]:
+    """Run A B C A B C ... so drift of the machine hits every side alike; one list per side."""
+    values: list[list[float]] = [[] for _ in sides]
     for _ in range(repeat):
-        xs.append(a())
-        ys.append(b())
-    return xs, ys, [x / y for x, y in zip(xs, ys, strict=True)]
+        for measured, side in zip(values, sides, strict=True):
+            measured.append(side())
+    return values
+
+
+def ratios(xs: Sequence[float], ys: Sequence[float]) -> list[float]:
+    """x/y round by round: each ratio pairs two runs made next to each other."""
+    return [x / y for x, y in zip(xs, ys, strict=True)]

@@ -5,24 +5,26 @@ The benchmarks themselves run on demand (``python -m bench``); these are their p
 
 from __future__ import annotations
 
-from bench.stats import Figure, alternate, percentile
+from bench.stats import Figure, alternate, percentile, ratios
 
 
-def test_alternate_runs_the_sides_in_turn_and_pairs_each_ratio_with_its_own_round() -> None:
+def test_alternate_runs_the_sides_in_turn_and_ratios_pair_each_round() -> None:
     calls: list[str] = []
-    a_values, b_values = iter([10.0, 30.0]), iter([5.0, 10.0])
 
-    def a() -> float:
-        calls.append("a")
-        return next(a_values)
+    def side(name: str, values: list[float]):
+        remaining = iter(values)
 
-    def b() -> float:
-        calls.append("b")
-        return next(b_values)
+        def run() -> float:
+            calls.append(name)
+            return next(remaining)
 
-    xs, ys, ratios = alternate(2, a, b)
-    assert calls == ["a", "b", "a", "b"]
-    assert (xs, ys, ratios) == ([10.0, 30.0], [5.0, 10.0], [2.0, 3.0])
+        return run
+
+    a, b, c = alternate(2, side("a", [10.0, 30.0]), side("b", [5.0, 10.0]), side("c", [20.0, 15.0]))
+    assert calls == ["a", "b", "c", "a", "b", "c"]
+    assert (a, b, c) == ([10.0, 30.0], [5.0, 10.0], [20.0, 15.0])
+    assert ratios(a, b) == [2.0, 3.0]
+    assert ratios(a, c) == [0.5, 2.0]
 
 
 def test_percentiles_pick_samples_from_the_ordered_list() -> None:
