@@ -87,7 +87,7 @@ def procrastinate_jobs(bench: Bench, dialect: str, entries: int, workers: int) -
         for start in range(0, len(jobs), 1000):
             task.batch_defer(*jobs[start : start + 1000])
     env = bench.env(url)
-    argv = [sys.executable, "-m", "procrastinate", "--verbose",
+    argv = [sys.executable, "-m", "procrastinate", "--log-level=info",  # as celery -l info
             "--app=bench.procrastinate_app.app", "worker",
             f"--queues={procrastinate_app.QUEUE}", "--concurrency=1"]  # fmt: skip
     procs = [bench.spawn(argv, env, "procrastinate") for _ in range(workers)]
@@ -138,6 +138,8 @@ def run(
             lines += [
                 Figure(f"{name} (c) procrastinate", tuple(c[0]), "items/s").line(),
                 Figure(f"{name} a/c", tuple(ratios(a, c[0])), "").line(),
+                # Plain Celery against procrastinate: what the broker's delivery costs by itself.
+                Figure(f"{name} b/c", tuple(ratios(b, c[0])), "").line(),
             ]
     return lines
 

@@ -8,7 +8,7 @@ import time
 import sqlalchemy as sa
 
 from bench.env import Bench, use_in_process
-from bench.stats import Figure
+from bench.stats import Figure, ratios
 from repository.db import create_engine
 from repository.work import MediaUsageWorkRepository
 
@@ -77,7 +77,7 @@ def run(bench: Bench, sizes: tuple[int, ...], repeat: int) -> list[str]:
             lines.append(Figure(f"tick, {rows:,} rows, budget {budget}", tuple(samples[rows]),
                                 "ms").line())  # fmt: skip
         big, small = max(sizes), min(sizes)
-        ratios = tuple(x / y for x, y in zip(samples[big], samples[small], strict=True))
-        lines.append(Figure(f"tick {big:,}/{small:,}, budget {budget}", ratios, "").line())
+        ratio = tuple(ratios(samples[big], samples[small]))
+        lines.append(Figure(f"tick {big:,}/{small:,}, budget {budget}", ratio, "").line())
     os.environ.pop("MEDIA_USAGE_TICK_BUDGET")
     return lines + explain(urls[max(sizes)])

@@ -1,0 +1,44 @@
+"""``python -m bench all --smoke``: every benchmark runs end to end at tiny sizes, so the harness
+cannot rot between the on-demand full runs. Only that it works and prints each figure is
+asserted; no figure is compared with a threshold (speed is never a unit-test assertion)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+FIGURE = re.compile(r"^(?P<name>.+?)\s+min\s+(?P<min>[\d.]+)\s+median\s+(?P<median>[\d.]+)\s+max")
+
+
+def test_every_benchmark_runs_and_prints_its_figures() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "all", "--smoke", "--workers", "2"],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=540,
+    )
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    figures = {
+        m["name"]: float(m["median"])
+        for line in done.stdout.splitlines()
+        if (m := FIGURE.match(line.strip()))
+    }
+    expected = [
+        "drain PG 2 workers (a) pipeline",
+        "drain PG 2 workers (b) plain Celery",
+        "drain PG 2 workers (c) procrastinate",
+        "drain PG 2 workers a/b",
+        "drain PG 2 workers a/c",
+        "drain SQLite 2 workers (a) pipeline",
+        "tick 10,000/1,000, budget 10",
+    ]
+    assert [name for name in expected if figures.get(name, 0) <= 0] == [], done.stdout
+    assert "Index Scan using idx__emdash_media_usage_work_due" in done.stdout  # the EXPLAIN
+    assert re.search(r"fast path\s+idle\s+p50\s+[\d.]+ ms", done.stdout), done.stdout
+    assert re.search(r"worker RSS after [\d,]+ items [\d.]+ MiB", done.stdout), done.stdout
