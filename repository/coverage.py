@@ -8,6 +8,8 @@ from repository.clock import db_now
 from repository.db import Bind, transaction
 from repository.identity import registered, status_row
 from repository.schema import (
+    ADAPTER_ID,
+    SCOPE_TYPE,
     index_status,
     reconciliations,
     work,
@@ -82,6 +84,50 @@ def record_incremental_success(bind: Bind, collection_id: str, slug: str) -> Non
             conn.execute(_RESTORE_COMPLETE, {**params, "p_epoch": epoch})
         elif note_due:
             conn.execute(_NOTE_SUCCESS, params)
+
+
+# Collections a lost note can leave behind: stale or partial, nothing to reconcile, no work.
+_SETTLED_CANDIDATES = sa.select(st.collection_id, st.scope_key).where(
+    st.adapter_id == ADAPTER_ID,
+    st.scope_type == SCOPE_TYPE,
+    st.capture_state == "active",
+    st.reconciliation_required == 0,
+    st.status.in_(("stale", "partial")),
+    ~sa.exists(sa.select(1).where(work.c.collection_id == st.collection_id)),
+)
+# The completion note's CAS on the epoch read before, without the note's success timestamp.
+_RESTORE_SETTLED = (
+    index_status.update()
+    .where(
+        *_active_status(_collection, _slug),
+        st.change_epoch == sa.bindparam("p_epoch", type_=sa.BigInteger),
+        _restorable,
+    )
+    .values(status="complete", completed_at=db_now(), last_error_code=None, updated_at=db_now())
+)
+
+
+def restore_settled_coverage(bind: Bind) -> list[str]:
+    """Restore ``complete`` where a completion's coverage note was lost; returns the slugs.
+
+    The note runs after the completion commits, so a worker killed between the two leaves its
+    collection ``stale`` with no work left, and nothing else would restore it until the next
+    write. The tick calls this. It is the note's own check and epoch CAS: a capture that
+    committed since the read has moved the epoch and keeps the collection stale.
+    """
+    with transaction(bind) as conn:
+        candidates = conn.execute(_SETTLED_CANDIDATES).all()
+    restored = []
+    for collection_id, slug in candidates:
+        params = {"p_collection_id": collection_id, "p_slug": slug}
+        with transaction(bind) as conn:
+            current = conn.execute(_READ_STATUS, params).first()
+            if current is None or not current.restorable:
+                continue
+            update = conn.execute(_RESTORE_SETTLED, {**params, "p_epoch": current.change_epoch})
+            if update.rowcount:
+                restored.append(slug)
+    return restored
 
 
 def record_incremental_failure(

@@ -11,6 +11,7 @@ from celery import Task
 from domain.errors import InvalidArgument
 from domain.policy import Limits
 from domain.timestamps import seconds_between
+from repository import coverage
 from repository.activation import is_activation_active
 from repository.processor import Heartbeat, process_work_item
 from repository.work import MediaUsageWorkRepository
@@ -53,12 +54,16 @@ def tick(self: Task) -> dict[str, Any]:
                 break
             after = page[-1]
     now, oldest = repo.oldest_due()
+    # A worker killed between an item's completion and its coverage note leaves the collection
+    # stale with nothing left to do; the tick is what still runs.
+    restored = coverage.restore_settled_coverage(engine)
     summary = {
         "active": True,
         "due_seen": seen,
         "dispatched": dispatched,
         "queued_before": queued,
         "budget_exhausted": seen >= budget,
+        "coverage_restored": restored,
         "oldest_due_age_seconds": round(seconds_between(oldest, now), 3) if oldest else 0.0,
         "duration_ms": round((time.monotonic() - started) * 1000, 1),
     }

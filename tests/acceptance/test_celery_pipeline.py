@@ -199,3 +199,41 @@ def test_worker_and_beat_index_500_entries_within_a_minute(engine, posts, proces
     write_entries(engine, 500)
     wait_for(lambda: drained(engine, 500), timeout=60, interval=0.5)
     assert_index_is_exact(engine)
+
+
+def test_the_tick_restores_coverage_a_worker_killed_after_completing_left_stale(
+    engine, posts, celery_app
+) -> None:
+    """The note follows the completion's commit; a kill between the two is simulated by
+    completing through the repository and sending no note. The next tick restores."""
+    from tasks.work import tick
+
+    with engine.begin() as conn:
+        conn.execute(sa.text(
+            "UPDATE _emdash_media_usage_index_status "
+            "SET status = 'complete', reconciliation_required = 0"
+        ))  # fmt: skip
+    write_entries(engine, 1)
+    repo = MediaUsageWorkRepository(engine)
+    [item] = repo.find_due_work(10)
+    claimed = repo.claim_work(
+        collection_id=item.collection_id, content_id=item.content_id,
+        work_version=item.work_version, lease_duration_seconds=60,
+    )  # fmt: skip
+    assert claimed is not None and repo.complete_work(
+        collection_id=item.collection_id, content_id=item.content_id,
+        work_version=item.work_version, lease_token=claimed.lease_token,
+    )  # fmt: skip
+    assert coverage_status(engine) == "stale"
+
+    summary = tick.apply().get()
+    assert summary["coverage_restored"] == ["posts"] and summary["dispatched"] == 0
+    assert coverage_status(engine) == "complete"
+    assert tick.apply().get()["coverage_restored"] == []
+
+
+def coverage_status(engine: sa.Engine) -> str:
+    with engine.connect() as conn:
+        return conn.execute(
+            sa.text("SELECT status FROM _emdash_media_usage_index_status")
+        ).scalar_one()
