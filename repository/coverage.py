@@ -95,6 +95,9 @@ _SETTLED_CANDIDATES = sa.select(st.collection_id, st.scope_key).where(
     st.status.in_(("stale", "partial")),
     ~sa.exists(sa.select(1).where(work.c.collection_id == st.collection_id)),
 )
+# SKIP LOCKED: a row locked by a writer's open transaction is left for a later tick, so the
+# tick never waits on a host transaction (SQLite ignores it; BEGIN IMMEDIATE serialises there).
+_READ_SETTLED = _READ_STATUS.with_for_update(skip_locked=True)
 # The completion note's CAS on the epoch read before, without the note's success timestamp.
 _RESTORE_SETTLED = (
     index_status.update()
@@ -112,8 +115,9 @@ def restore_settled_coverage(bind: Bind) -> list[str]:
 
     The note runs after the completion commits, so a worker killed between the two leaves its
     collection ``stale`` with no work left, and nothing else would restore it until the next
-    write. The tick calls this. It is the note's own check and epoch CAS: a capture that
-    committed since the read has moved the epoch and keeps the collection stale.
+    write. The tick calls this. It is the note's own check and epoch CAS, with the status row
+    locked by the read: a capture holding that row is skipped (it is about to make the
+    collection stale anyway), and one that committed since the read has moved the epoch.
     """
     with transaction(bind) as conn:
         candidates = conn.execute(_SETTLED_CANDIDATES).all()
@@ -121,7 +125,7 @@ def restore_settled_coverage(bind: Bind) -> list[str]:
     for collection_id, slug in candidates:
         params = {"p_collection_id": collection_id, "p_slug": slug}
         with transaction(bind) as conn:
-            current = conn.execute(_READ_STATUS, params).first()
+            current = conn.execute(_READ_SETTLED, params).first()
             if current is None or not current.restorable:
                 continue
             update = conn.execute(_RESTORE_SETTLED, {**params, "p_epoch": current.change_epoch})
