@@ -33,10 +33,17 @@ _success_note_due = sa.or_(
 )
 _collection = sa.bindparam("p_collection_id", type_=sa.Text)
 _slug = sa.bindparam("p_slug", type_=sa.Text)
-_work_remains = sa.exists(sa.select(1).where(work.c.collection_id == _collection))
-_restorable = sa.and_(
-    st.reconciliation_required == 0, st.status.in_(("stale", "partial")), ~_work_remains
-)
+
+
+def _restorable_for(collection_id: sa.ColumnElement[str]) -> sa.ColumnElement[bool]:
+    """``complete`` may come back: nothing to reconcile and no work row left."""
+    work_remains = sa.exists(sa.select(1).where(work.c.collection_id == collection_id))
+    return sa.and_(
+        st.reconciliation_required == 0, st.status.in_(("stale", "partial")), ~work_remains
+    )
+
+
+_restorable = _restorable_for(_collection)
 # Built once (this runs after every completed item); values are bound parameters only.
 _READ_STATUS = sa.select(
     st.change_epoch,
@@ -91,9 +98,7 @@ _SETTLED_CANDIDATES = sa.select(st.collection_id, st.scope_key).where(
     st.adapter_id == ADAPTER_ID,
     st.scope_type == SCOPE_TYPE,
     st.capture_state == "active",
-    st.reconciliation_required == 0,
-    st.status.in_(("stale", "partial")),
-    ~sa.exists(sa.select(1).where(work.c.collection_id == st.collection_id)),
+    _restorable_for(st.collection_id),
 )
 # SKIP LOCKED: a row locked by a writer's open transaction is left for a later tick, so the
 # tick never waits on a host transaction (SQLite ignores it; BEGIN IMMEDIATE serialises there).

@@ -106,6 +106,26 @@ def status_row(engine: sa.Engine, collection_id: str) -> dict[str, Any]:
     return dict(row._mapping)
 
 
+def mark_coverage_complete(engine: sa.Engine) -> None:
+    """Coverage as a finished reconciliation leaves it: ``complete``, nothing to reconcile."""
+    with engine.begin() as conn:
+        conn.execute(index_status.update().values(status="complete", reconciliation_required=0))
+
+
+def complete_without_note(
+    engine: sa.Engine, collection_id: str, content_id: str, work_version: int = 1
+) -> None:
+    """Claim and complete an item but send no coverage note: what a worker killed right after
+    its completion commit leaves behind."""
+    from repository.work import MediaUsageWorkRepository
+
+    repo = MediaUsageWorkRepository(engine)
+    item = {"collection_id": collection_id, "content_id": content_id, "work_version": work_version}
+    claimed = repo.claim_work(**item, lease_duration_seconds=60)
+    assert claimed is not None
+    assert repo.complete_work(**item, lease_token=claimed.lease_token)
+
+
 def db_time(engine: sa.Engine) -> str:
     with engine.connect() as conn:
         return conn.execute(sa.select(db_now())).scalar_one()

@@ -20,7 +20,14 @@ from tests.index_oracle import (
     expected_index,
     expected_source_keys,
 )
-from tests.support import SAMPLE_FIELDS, active_collection, get_work
+from tests.support import (
+    SAMPLE_FIELDS,
+    active_collection,
+    complete_without_note,
+    get_work,
+    mark_coverage_complete,
+    status_row,
+)
 
 
 @pytest.fixture
@@ -208,32 +215,12 @@ def test_the_tick_restores_coverage_a_worker_killed_after_completing_left_stale(
     completing through the repository and sending no note. The next tick restores."""
     from tasks.work import tick
 
-    with engine.begin() as conn:
-        conn.execute(sa.text(
-            "UPDATE _emdash_media_usage_index_status "
-            "SET status = 'complete', reconciliation_required = 0"
-        ))  # fmt: skip
+    mark_coverage_complete(engine)
     write_entries(engine, 1)
-    repo = MediaUsageWorkRepository(engine)
-    [item] = repo.find_due_work(10)
-    claimed = repo.claim_work(
-        collection_id=item.collection_id, content_id=item.content_id,
-        work_version=item.work_version, lease_duration_seconds=60,
-    )  # fmt: skip
-    assert claimed is not None and repo.complete_work(
-        collection_id=item.collection_id, content_id=item.content_id,
-        work_version=item.work_version, lease_token=claimed.lease_token,
-    )  # fmt: skip
-    assert coverage_status(engine) == "stale"
+    complete_without_note(engine, posts.id, "e0000")
+    assert status_row(engine, posts.id)["status"] == "stale"
 
     summary = tick.apply().get()
     assert summary["coverage_restored"] == ["posts"] and summary["dispatched"] == 0
-    assert coverage_status(engine) == "complete"
+    assert status_row(engine, posts.id)["status"] == "complete"
     assert tick.apply().get()["coverage_restored"] == []
-
-
-def coverage_status(engine: sa.Engine) -> str:
-    with engine.connect() as conn:
-        return conn.execute(
-            sa.text("SELECT status FROM _emdash_media_usage_index_status")
-        ).scalar_one()

@@ -9,18 +9,19 @@ import pytest
 import sqlalchemy as sa
 
 from repository.coverage import restore_settled_coverage
-from repository.work import MediaUsageWorkRepository
-from tests.support import SAMPLE_FIELDS, active_collection, status_row
+from tests.support import (
+    SAMPLE_FIELDS,
+    active_collection,
+    complete_without_note,
+    mark_coverage_complete,
+    status_row,
+)
 
 
 @pytest.fixture
 def posts(db: sa.Engine):
     collection = active_collection(db, "posts", SAMPLE_FIELDS)
-    with db.begin() as conn:
-        conn.execute(sa.text(
-            "UPDATE _emdash_media_usage_index_status "
-            "SET status = 'complete', reconciliation_required = 0"
-        ))  # fmt: skip
+    mark_coverage_complete(db)
     return collection
 
 
@@ -28,24 +29,10 @@ def _write(conn: sa.Connection, content_id: str) -> None:
     conn.execute(sa.text("INSERT INTO ec_posts (id) VALUES (:i)"), {"i": content_id})
 
 
-def _complete_without_note(db: sa.Engine, collection_id: str, content_id: str) -> None:
-    """What a worker killed right after its completion commit leaves behind."""
-    repo = MediaUsageWorkRepository(db)
-    claimed = repo.claim_work(
-        collection_id=collection_id, content_id=content_id, work_version=1,
-        lease_duration_seconds=60,
-    )  # fmt: skip
-    assert claimed is not None
-    assert repo.complete_work(
-        collection_id=collection_id, content_id=content_id, work_version=1,
-        lease_token=claimed.lease_token,
-    )  # fmt: skip
-
-
 def test_a_lost_note_is_restored_and_only_once(db, posts) -> None:
     with db.begin() as conn:
         _write(conn, "e1")
-    _complete_without_note(db, posts.id, "e1")
+    complete_without_note(db, posts.id, "e1")
     assert status_row(db, posts.id)["status"] == "stale"
 
     assert restore_settled_coverage(db) == ["posts"]
@@ -59,9 +46,9 @@ def test_nothing_is_restored_while_work_remains_or_a_reconciliation_is_due(db, p
     with db.begin() as conn:
         _write(conn, "e1")
         _write(conn, "e2")
-    _complete_without_note(db, posts.id, "e1")
+    complete_without_note(db, posts.id, "e1")
     assert restore_settled_coverage(db) == []  # e2 is still pending
-    _complete_without_note(db, posts.id, "e2")
+    complete_without_note(db, posts.id, "e2")
     with db.begin() as conn:
         conn.execute(sa.text(
             "UPDATE _emdash_media_usage_index_status SET reconciliation_required = 1"
@@ -77,7 +64,7 @@ def test_a_sweep_during_an_open_write_neither_waits_nor_restores(db, posts) -> N
     work row. Either way coverage stays ``stale``."""
     with db.begin() as conn:
         _write(conn, "e1")
-    _complete_without_note(db, posts.id, "e1")
+    complete_without_note(db, posts.id, "e1")
     writer = db.connect()
     writer.begin()
     _write(writer, "e2")

@@ -23,6 +23,7 @@ from tests.support import (
     active_collection,
     drain,
     get_work,
+    mark_coverage_complete,
     set_work,
     status_row,
 )
@@ -220,11 +221,7 @@ def test_a_broken_draft_retries_then_fails_and_coverage_is_partial(db, posts) ->
         "VALUES ('bad', 'posts', 'e1', 'not json')",
     )
     sql(db, "INSERT INTO ec_posts (id, hero, draft_revision_id) VALUES ('e1', 'm1', 'bad')")
-    sql(
-        db,
-        "UPDATE _emdash_media_usage_index_status "
-        "SET status = 'complete', reconciliation_required = 0",
-    )
+    mark_coverage_complete(db)
     repo = MediaUsageWorkRepository(db)
     outcomes = []
     for attempt in range(5):
@@ -298,11 +295,7 @@ def test_deleted_collection_makes_work_obsolete(db, posts) -> None:
 
 
 def test_success_restores_complete_coverage_only_when_drained(db, posts) -> None:
-    sql(
-        db,
-        "UPDATE _emdash_media_usage_index_status "
-        "SET status = 'complete', reconciliation_required = 0",
-    )
+    mark_coverage_complete(db)
     sql(db, "INSERT INTO ec_posts (id) VALUES ('e1')")
     sql(db, "INSERT INTO ec_posts (id) VALUES ('e2')")
     assert status_row(db, posts.id)["status"] == "stale"
