@@ -19,6 +19,10 @@ class InvalidArgument(MediaUsageError, ValueError):
     """Invalid argument for a media usage operation."""
 
 
+class InvalidMessage(InvalidArgument):
+    """The broker message is malformed and was dropped."""
+
+
 class InvalidDatabaseURL(InvalidArgument):
     """The database URL is malformed or names an unsupported database."""
 

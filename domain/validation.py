@@ -33,10 +33,25 @@ def _is_whole(value: object) -> bool:
 
 
 def identifier(value: object, message: str) -> str:
-    """A non-empty string id of bounded length."""
-    if not isinstance(value, str) or not value or len(value) > MAX_IDENTIFIER_LENGTH:
+    """A non-empty string id of bounded length that both databases can store as text.
+
+    NUL and lone surrogates are refused here: PostgreSQL rejects the first and no UTF-8
+    encoder takes the second, so either would fail later, half-way through a statement.
+    """
+    if not isinstance(value, str) or not is_usable_identifier(value):
         raise InvalidArgument(message)
     return value
+
+
+def is_usable_identifier(value: str) -> bool:
+    """Whether ``value`` is an id this project can store, bind and log."""
+    if not value or len(value) > MAX_IDENTIFIER_LENGTH or "\x00" in value:
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def identity(collection_id: object, content_id: object) -> tuple[str, str]:

@@ -51,9 +51,16 @@ def transport_options() -> dict[str, object]:
     return options
 
 
+def broker_transport() -> str | None:
+    """The hardened Redis transport for Redis URLs (``tasks.transport``); kombu's otherwise."""
+    scheme = broker_url().split("://", 1)[0].lower()
+    return "tasks.transport:GuardedRedisTransport" if scheme in {"redis", "rediss"} else None
+
+
 app = Celery("media_usage", include=["tasks.work", "tasks.reconcile"])
 app.conf.update(
     broker_url=broker_url(),
+    broker_transport=broker_transport(),
     broker_connection_retry_on_startup=True,
     broker_transport_options=transport_options(),
     # JSON only: a message can never make a worker unpickle attacker-chosen objects.
@@ -75,7 +82,10 @@ app.conf.update(
     task_send_sent_event=True,
     timezone="UTC",
     enable_utc=True,
+    # Every message is checked before Celery's strategy runs it (tasks.consumer).
+    worker_consumer="tasks.consumer:GuardedConsumer",
 )
+app.steps["consumer"].add("tasks.consumer:DroppedMessagesStats")
 
 
 def _load_beat_schedule() -> None:

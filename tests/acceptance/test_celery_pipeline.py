@@ -118,17 +118,24 @@ def test_every_item_sent_five_times_is_processed_once(
     assert_index_is_exact(engine)
 
 
-FORGED = [
+# Well-formed messages for items that do not exist or versions that never were: the claim
+# refuses them (claim_lost).
+FORGED_VALID = [
     ("unknown", "nope", 1),
+    ("{collection}", "e0000", 99),
+]
+# Malformed ones: the worker's consumer drops them before any task runs.
+FORGED_INVALID = [
     (None, "e0000", 1),
     (5, 6, 7),
     ("x" * 100_000, "e0000", 1),
     ("{collection}", "e0000", "1; DROP TABLE ec_posts"),
-    ("{collection}", "e0000", 99),
     ("{collection}", "e0000", True),
     ("{collection}", ["e0000"], 1),
     ("{collection}", "e0000", -1),
     ("{collection}", "e0000", 1.5),
+    ("{collection}", "e\x00", 1),
+    ("{collection}", "e\ud800", 1),
 ]
 
 
@@ -137,24 +144,28 @@ def test_forged_messages_change_nothing_and_the_worker_keeps_going(
 ) -> None:
     import logging
 
+    from tasks.consumer import dropped
     from tasks.work import process_work
 
-    # The worker rewires the root logger; listen on the task module's logger itself.
-    task_log = logging.getLogger("tasks.work")
-    task_log.addHandler(caplog.handler)
-    caplog.set_level(logging.WARNING, logger="tasks.work")
+    # The worker rewires the root logger; listen on the consumer's logger itself.
+    message_log = logging.getLogger("media_usage.messages")
+    message_log.addHandler(caplog.handler)
+    caplog.set_level(logging.WARNING, logger="media_usage.messages")
     write_entries(engine, 1)
     before = get_work(engine, posts.id, "e0000")
-    for collection_id, content_id, version in FORGED:
+    dropped_before = dropped.snapshot()["total"]
+    for collection_id, content_id, version in FORGED_INVALID + FORGED_VALID:
         if collection_id == "{collection}":
             collection_id = posts.id
         process_work.apply_async(args=(collection_id, content_id, version))
-    wait_for(lambda: len(outcomes.items) == len(FORGED), timeout=60)
+    wait_for(lambda: len(outcomes.items) == len(FORGED_VALID), timeout=60)
+    wait_for(lambda: dropped.snapshot()["total"] - dropped_before == len(FORGED_INVALID), 60)
     assert {o["outcome"] for o in outcomes.items} == {"claim_lost"}
     assert get_work(engine, posts.id, "e0000") == before
-    assert "ignored an invalid message" in caplog.text
+    lines = {r.getMessage() for r in caplog.records if r.name == "media_usage.messages"}
+    assert len(lines) == len(FORGED_INVALID)  # one line each, naming its own message id
     assert "x" * 1000 not in caplog.text  # no echo of huge values into logs
-    task_log.removeHandler(caplog.handler)
+    message_log.removeHandler(caplog.handler)
     # The worker is alive and still does real work.
     process_work.apply_async(args=(posts.id, "e0000", 1))
     wait_for(lambda: work_rows(engine) == 0, timeout=60)
