@@ -145,15 +145,25 @@ def owned_triggers(conn: sa.Connection, slug: str) -> list[str]:
     return sorted(n for n in names if n.startswith(TRIGGER_PREFIX))
 
 
+def _drop_owned(conn: sa.Connection, slug: str) -> None:
+    """Drop every ``emdash_mu_`` trigger on ``ec_<slug>``.
+
+    The names come from the catalog, where anyone who can create a trigger chose them, so each
+    is quoted as an identifier: a name is never read as SQL.
+    """
+    table = content_table_name(slug)
+    suffix = f" ON {table}" if conn.dialect.name == "postgresql" else ""
+    quote = conn.dialect.identifier_preparer.quote_identifier
+    for name in owned_triggers(conn, slug):
+        conn.exec_driver_sql(f"DROP TRIGGER IF EXISTS {quote(name)}{suffix}")
+
+
 def install(conn: sa.Connection, collection_id: str, slug: str) -> None:
     """(Re)create the three capture triggers; drop any other ``emdash_mu_`` trigger on the table."""
     cid, slug = _checked(collection_id, slug)
     table = content_table_name(slug)
     postgres = conn.dialect.name == "postgresql"
-    for name in owned_triggers(conn, slug):
-        conn.exec_driver_sql(
-            f"DROP TRIGGER IF EXISTS {name}" + (f" ON {table}" if postgres else "")
-        )
+    _drop_owned(conn, slug)
     if postgres:
         conn.exec_driver_sql(POSTGRES_FUNCTION_SQL)
     names = trigger_names(cid, slug)
@@ -169,7 +179,4 @@ def install(conn: sa.Connection, collection_id: str, slug: str) -> None:
 def remove(conn: sa.Connection, slug: str) -> None:
     """Drop every capture trigger on ``ec_<slug>`` (collection deletion)."""
     _checked("x", slug)
-    table = content_table_name(slug)
-    suffix = f" ON {table}" if conn.dialect.name == "postgresql" else ""
-    for name in owned_triggers(conn, slug):
-        conn.exec_driver_sql(f"DROP TRIGGER IF EXISTS {name}{suffix}")
+    _drop_owned(conn, slug)

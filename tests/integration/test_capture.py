@@ -85,6 +85,25 @@ def test_activation_again_is_harmless_and_replaces_foreign_triggers(db: sa.Engin
     assert get_work(db, posts.id, "e2")["change_epoch"] == 2
 
 
+def test_a_trigger_name_from_the_catalog_is_never_run_as_sql(db: sa.Engine) -> None:
+    """A host-made trigger whose name is SQL: activation drops it by its quoted name."""
+    active_collection(db, "posts", FIELDS)
+    hostile = "emdash_mu_x ON ec_posts; CREATE TABLE pwned (id int); --"
+    if db.dialect.name == "postgresql":
+        write(
+            db,
+            f'CREATE TRIGGER "{hostile}" AFTER INSERT ON ec_posts FOR EACH ROW '
+            "EXECUTE FUNCTION emdash_media_usage_capture_work('x', 'posts')",
+        )
+    else:
+        write(db, f'CREATE TRIGGER "{hostile}" AFTER INSERT ON ec_posts BEGIN SELECT 1; END')
+
+    activate(db)
+    with db.begin() as conn:
+        assert hostile not in triggers.owned_triggers(conn, "posts")
+        assert not sa.inspect(conn).has_table("pwned")
+
+
 def test_insert_update_delete_coalesce_and_fence_a_live_lease(db: sa.Engine) -> None:
     posts = active_collection(db, "posts", FIELDS)
     repo = MediaUsageWorkRepository(db)
