@@ -74,12 +74,23 @@ def after_write(collection_slug: str, content_id: str) -> str | None:
     """Fast path for host apps: call after committing a content write to index it now.
 
     Returns the id of the message sent, or ``None`` when there is nothing to do (capture not
-    active, no work row, or the item is already in flight).
+    active, no work row, or the item is already in flight) or nothing could be done. It never
+    raises into the host: the write is already captured in the work table, so a broker or
+    database that is down, or a bad argument, costs only the head start (the next tick sends
+    the item); it is logged as a warning.
     """
-    record = MediaUsageWorkRepository(get_engine()).find_work_for_content(
-        collection_slug, content_id
-    )
-    if record is None or record.state in ("failed", "leased"):
+    try:
+        record = MediaUsageWorkRepository(get_engine()).find_work_for_content(
+            collection_slug, content_id
+        )
+        if record is None or record.state in ("failed", "leased"):
+            return None
+        sent = send([record])
+    except Exception as exc:
+        log.warning(
+            "media usage after_write could not dispatch (the next tick will): %s: %s",
+            type(exc).__name__,
+            str(exc)[:200],
+        )
         return None
-    sent = send([record])
     return sent[0] if sent else None

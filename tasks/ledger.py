@@ -27,6 +27,12 @@ log = logging.getLogger(__name__)
 KEY_PREFIX = "media_usage:dispatched"
 
 
+def _unavailable(exc: Exception) -> None:
+    # One line, no traceback: this runs in host processes too (after_write) and is expected
+    # whenever the broker is down.
+    log.warning("dispatch de-duplication unavailable; sending anyway: %s", str(exc)[:200])
+
+
 def dispatch_key(collection_id: str, content_id: str, work_version: int | str) -> str:
     return f"{KEY_PREFIX}:{work_version}:{len(collection_id)}:{collection_id}:{content_id}"
 
@@ -57,8 +63,8 @@ class RedisLedger:
             for key in keys:
                 pipe.set(key, 1, nx=True, ex=ttl)
             return [bool(ok) for ok in pipe.execute()]
-        except redis.RedisError:
-            log.warning("dispatch de-duplication unavailable; sending anyway", exc_info=True)
+        except redis.RedisError as exc:
+            _unavailable(exc)
             return [True] * len(keys)
 
     def release(self, key: str) -> None:
@@ -96,8 +102,8 @@ class FileLedger:
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
             return [self._take(self._path(key), ttl) for key in keys]
-        except OSError:
-            log.warning("dispatch de-duplication unavailable; sending anyway", exc_info=True)
+        except OSError as exc:
+            _unavailable(exc)
             return [True] * len(keys)
 
     def release(self, key: str) -> None:
