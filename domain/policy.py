@@ -20,6 +20,8 @@ SNAPSHOT_FAILED = "MEDIA_USAGE_SNAPSHOT_FAILED"
 GENERATION_CONFLICT = "MEDIA_USAGE_GENERATION_CONFLICT"
 RESOURCE_LIMIT = "MEDIA_USAGE_RESOURCE_LIMIT"
 PROCESSING_FAILED = "MEDIA_USAGE_PROCESSING_FAILED"
+# This project's own code: the item ran past the worker's soft time limit.
+TIME_LIMIT = "MEDIA_USAGE_TIME_LIMIT"
 
 # Refresh results (content-refresh codes) → the stable code stored on the work row.
 WORK_CODE_BY_REFRESH_CODE: Mapping[str, str] = {

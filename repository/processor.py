@@ -50,11 +50,15 @@ def process_work_item(
     rand: Callable[[], float] = random.random,
     refresh: Callable[..., str | None] = refresh_entry,
     heartbeat: Heartbeat | None = None,
+    interrupts: tuple[type[BaseException], ...] = (),
 ) -> ProcessResult:
     """Run one item. Invalid arguments raise ``ValueError`` before anything is written.
 
     With ``heartbeat`` the lease is renewed while the refresh runs, so a long item is not taken
-    over while its worker is alive.
+    over while its worker is alive. An exception of the ``interrupts`` types raised during the
+    refresh (the worker's soft time limit) discards the connection, which may be half-way
+    through a statement, and retries the item with ``MEDIA_USAGE_TIME_LIMIT`` (failed after the
+    attempt limit), so an item that is always too slow cannot loop for ever.
     """
     # One connection for the whole item: one checkout and one pre-ping instead of one per step.
     with engine.connect() as conn:
@@ -69,6 +73,7 @@ def process_work_item(
             rand=rand,
             refresh=refresh,
             heartbeat=heartbeat,
+            interrupts=interrupts,
         )
 
 
@@ -84,6 +89,7 @@ def _process(
     rand: Callable[[], float],
     refresh: Callable[..., str | None],
     heartbeat: Heartbeat | None,
+    interrupts: tuple[type[BaseException], ...],
 ) -> ProcessResult:
     repo = MediaUsageWorkRepository(conn)
     claimed = repo.claim_work(
@@ -108,8 +114,13 @@ def _process(
 
     fence = [live_lease_exists(**lease)]
     # The renewal thread is the process's own, so it renews through the engine, never this conn.
-    with _keeping(heartbeat_repo, claimed, lease_seconds, heartbeat):
-        code = refresh(conn, entry, limits, fence)
+    try:
+        with _keeping(heartbeat_repo, claimed, lease_seconds, heartbeat):
+            code = refresh(conn, entry, limits, fence)
+    except interrupts:
+        conn.invalidate()
+        # The lease goes back through the engine: this connection is gone.
+        return _settle_failure(heartbeat_repo, lease, claimed, policy.TIME_LIMIT, rand, result)
     if code is None:
         if not repo.complete_work(**lease):
             return result("superseded")
@@ -122,12 +133,23 @@ def _process(
     # A refresh of an entry whose collection is gone fails; the item is then obsolete.
     if not _collection_present(conn, entry):
         return result("obsolete" if repo.complete_work(**lease) else "superseded")
-    work_code = policy.work_error_code(code)
+    return _settle_failure(repo, lease, claimed, policy.work_error_code(code), rand, result)
+
+
+def _settle_failure(
+    repo: MediaUsageWorkRepository,
+    lease: dict[str, Any],
+    claimed: Any,
+    work_code: str,
+    rand: Callable[[], float],
+    result: Callable[[Outcome, str | None], ProcessResult],
+) -> ProcessResult:
+    """Retry the item with backoff, or fail it for good (and say so on the coverage row)."""
     if policy.is_terminal(work_code, claimed.attempt_count):
         if not repo.fail_work(**lease, error_code=work_code):
             return result("superseded", work_code)
         coverage.record_incremental_failure(
-            conn, entry.collection_id, entry.collection_slug, entry.content_id,
+            repo.bind, claimed.collection_id, claimed.collection_slug, claimed.content_id,
             claimed.work_version, work_code,
         )  # fmt: skip
         return result("failed", work_code)

@@ -33,11 +33,14 @@ def refresh_entry(
     entry: ContentEntry,
     limits: Limits,
     fence: Sequence[sa.ColumnElement[bool]] = (),
+    *,
+    reraise: tuple[type[BaseException], ...] = (),
 ) -> str | None:
     """Bring the entry's sources up to date; a lost race is retried once.
 
     ``fence`` guards every index write (the caller's live lease), so a processor that lost its
-    lease mid-refresh writes nothing.
+    lease mid-refresh writes nothing. Exceptions of the ``reraise`` types (a worker's time limit)
+    are not refresh errors: they propagate to the caller, which knows what they mean.
     """
     try:
         for _ in range(MAX_ATTEMPTS):
@@ -47,7 +50,9 @@ def refresh_entry(
         return GENERATION_CONFLICT
     except FieldDiscoveryError:
         return FieldDiscoveryError.code
-    except Exception:
+    except Exception as exc:
+        if isinstance(exc, reraise):
+            raise
         log.exception("media usage refresh of %s failed", entry)
         return REFRESH_ERROR
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import logging
 import time
+from functools import partial
 from typing import Any
 
 from celery import Task
+from celery.exceptions import SoftTimeLimitExceeded
 
 from domain.errors import InvalidArgument
 from domain.policy import Limits
@@ -14,6 +16,7 @@ from domain.timestamps import seconds_between
 from repository import coverage
 from repository.activation import is_activation_active
 from repository.processor import Heartbeat, process_work_item
+from repository.refresh import refresh_entry
 from repository.work import MediaUsageWorkRepository
 from tasks import dispatch, settings
 from tasks.app import app
@@ -22,6 +25,8 @@ from tasks.events import emit
 
 log = logging.getLogger(__name__)
 PAGE = 100
+# The soft time limit ends the refresh, never the worker: the item is retried (attempt + 1).
+OUT_OF_TIME = (SoftTimeLimitExceeded,)
 # Expired leases first (their holders died), then retries, then fresh work.
 DUE_STATES = ("leased", "retry", "pending")
 
@@ -87,6 +92,8 @@ def process_work(collection_id: Any, content_id: Any, work_version: Any) -> dict
                 every_seconds=lease / 3,
                 max_seconds=settings.TASK_TIME_LIMIT_SECONDS,
             ),
+            refresh=partial(refresh_entry, reraise=OUT_OF_TIME),
+            interrupts=OUT_OF_TIME,
         ).as_dict()
     except InvalidArgument as exc:
         # Forged or corrupted message: say so once, change nothing, never retry it.

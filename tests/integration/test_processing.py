@@ -373,3 +373,48 @@ def test_process_validates_message_arguments_before_writing(db, posts) -> None:
         process_work_item(db, collection_id=posts.id, content_id="e1", work_version=7).outcome
         == "claim_lost"
     )
+
+
+class OutOfTime(Exception):
+    """Stands in for Celery's SoftTimeLimitExceeded, raised inside the refresh."""
+
+
+def test_an_item_past_the_soft_limit_retries_with_an_attempt_more_then_fails(db, posts) -> None:
+    sql(db, "INSERT INTO ec_posts (id, hero) VALUES ('e1', 'm1')")
+    mark_coverage_complete(db)
+
+    def too_slow(conn, entry, limits, fence):
+        # The refresh ran, then the soft limit's signal arrived before it returned.
+        refresh_entry(conn, entry, limits, fence, reraise=(OutOfTime,))
+        raise OutOfTime
+
+    repo = MediaUsageWorkRepository(db)
+    outcomes = []
+    for attempt in range(5):
+        (item,) = repo.find_due_work(10)
+        assert item.attempt_count == attempt
+        result = process_work_item(
+            db, collection_id=posts.id, content_id="e1", work_version=item.work_version,
+            refresh=too_slow, interrupts=(OutOfTime,),
+        )  # fmt: skip
+        outcomes.append((result.outcome, result.error_code))
+        set_work(db, posts.id, "e1", next_attempt_at=PAST)  # time passes
+    assert outcomes == [("retry", "MEDIA_USAGE_TIME_LIMIT")] * 4 + [
+        ("failed", "MEDIA_USAGE_TIME_LIMIT")
+    ]
+    row = get_work(db, posts.id, "e1")
+    assert (row["state"], row["attempt_count"], row["lease_token"]) == ("failed", 5, None)
+    assert status_row(db, posts.id)["status"] == "partial"
+
+
+def test_refresh_entry_lets_the_interrupt_through(db, posts) -> None:
+    sql(db, "INSERT INTO ec_posts (id, hero) VALUES ('e1', 'm1')")
+    entry = ContentEntry(posts.id, "posts", "e1")
+
+    class Broken:  # any attribute access raises, as a signal mid-statement would
+        def __getattr__(self, name):
+            raise OutOfTime
+
+    with pytest.raises(OutOfTime):
+        refresh_entry(Broken(), entry, Limits(), reraise=(OutOfTime,))
+    assert refresh_entry(Broken(), entry, Limits()) == "CONTENT_USAGE_REFRESH_ERROR"
