@@ -22,6 +22,7 @@ from typing import Any
 
 from domain import validation
 from domain.errors import InvalidArgument, InvalidMessage
+from domain.extraction import storable
 
 JSON_CONTENT_TYPE = "application/json"
 UTF8_ENCODINGS = frozenset({"utf-8", "utf8"})
@@ -244,7 +245,7 @@ def _flag(value: object, name: str) -> bool:
 def _short_text(value: object, name: str, maximum: int) -> str | None:
     if value is None:
         return None
-    if not isinstance(value, str) or len(value) > maximum or not _is_utf8(value):
+    if not isinstance(value, str) or len(value) > maximum or not storable(value):
         raise InvalidMessage(f"the {name} header is not text of at most {maximum} characters")
     return value
 
@@ -260,14 +261,6 @@ def _timestamp(value: object, name: str) -> str | None:
         else:
             return value
     raise InvalidMessage(f"the {name} header is not an ISO-8601 timestamp")
-
-
-def _is_utf8(value: str) -> bool:
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def positional(*names: str, checks: Mapping[str, Callable[[object], object]]) -> ArgumentCheck:

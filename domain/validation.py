@@ -10,6 +10,7 @@ import re
 from collections.abc import Iterable
 
 from domain.errors import InvalidArgument
+from domain.extraction import storable
 
 MAX_PORTABLE_DURATION_SECONDS = 365 * 24 * 60 * 60
 MAX_WORK_SELECTION_LIMIT = 100
@@ -45,13 +46,7 @@ def identifier(value: object, message: str) -> str:
 
 def is_usable_identifier(value: str) -> bool:
     """Whether ``value`` is an id this project can store, bind and log."""
-    if not value or len(value) > MAX_IDENTIFIER_LENGTH or "\x00" in value:
-        return False
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+    return bool(value) and len(value) <= MAX_IDENTIFIER_LENGTH and storable(value)
 
 
 def identity(collection_id: object, content_id: object) -> tuple[str, str]:

@@ -14,12 +14,11 @@ import sqlalchemy as sa
 from kombu import Connection, Producer
 
 from domain.sample_content import sample_entries
-from repository.activation import activate
-from repository.db import create_engine
-from repository.sample_content import create_sample_collections, write_entries
+from repository.sample_content import write_entries
 from tests.acceptance.conftest import wait_for, work_rows
 from tests.chaos import audit
 from tests.chaos.fuzz import forgeries
+from tests.chaos.pipeline import start_audited_pipeline
 from tests.chaos.test_chaos_drain import _quiet
 from tests.index_oracle import actual_index, expected_index
 
@@ -48,14 +47,7 @@ def test_malformed_messages_are_dropped_one_line_each_and_the_drain_stays_exact(
     dialect: str, chaos_database, chaos_redis, fleet
 ) -> None:
     url, _ = chaos_database
-    engine = create_engine(url)
-    create_sample_collections(engine)
-    activate(engine)
-    audit.install(engine)
-    worker = fleet.worker(concurrency=2)
-    fleet.beat()
-    # Activation leaves a reconciliation due; once it is done, each entry is exactly one claim.
-    wait_for(lambda: _quiet(engine), timeout=120, interval=0.5)
+    engine, worker = start_audited_pipeline(url, fleet)
     write_entries(engine, sample_entries(ENTRIES, seed=9))
     with engine.connect() as conn:
         rows = conn.execute(

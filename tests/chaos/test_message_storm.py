@@ -13,12 +13,10 @@ from celery import Celery
 from kombu.exceptions import ChannelError
 
 from domain.sample_content import sample_entries
-from repository.activation import activate
-from repository.db import create_engine
-from repository.sample_content import create_sample_collections, write_entries
+from repository.sample_content import write_entries
 from tests.acceptance.conftest import wait_for, work_rows
 from tests.chaos import audit
-from tests.chaos.test_chaos_drain import _quiet
+from tests.chaos.pipeline import start_audited_pipeline
 from tests.index_oracle import actual_index, expected_index
 
 STORM = 10_000
@@ -71,13 +69,7 @@ def test_a_message_storm_changes_nothing_and_throughput_recovers(
     dialect: str, chaos_database, chaos_redis, fleet
 ) -> None:
     url, _ = chaos_database
-    engine = create_engine(url)
-    create_sample_collections(engine)
-    activate(engine)
-    audit.install(engine)
-    worker = fleet.worker(concurrency=2)
-    fleet.beat()
-    wait_for(lambda: _quiet(engine), timeout=120, interval=0.5)
+    engine, worker = start_audited_pipeline(url, fleet)
     before = _drain_rate(engine, 200, start=0)
 
     # A client of its own, like any other publisher on the broker (JSON only, as the workers).
