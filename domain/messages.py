@@ -15,7 +15,7 @@ import binascii
 import json
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Container, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -66,7 +66,7 @@ def check_message(
     headers: object,
     body: object,
     checks: Mapping[str, ArgumentCheck],
-    known_tasks: frozenset[str] | set[str],
+    known_tasks: Container[str],
     limits: TimeLimits,
 ) -> Accepted:
     """Accept a protocol-2 task message or raise ``InvalidMessage`` naming what is wrong.

@@ -39,14 +39,14 @@ def identifier(value: object, message: str) -> str:
     NUL and lone surrogates are refused here: PostgreSQL rejects the first and no UTF-8
     encoder takes the second, so either would fail later, half-way through a statement.
     """
-    if not isinstance(value, str) or not is_usable_identifier(value):
+    if (
+        not isinstance(value, str)
+        or not value
+        or len(value) > MAX_IDENTIFIER_LENGTH
+        or not storable(value)
+    ):
         raise InvalidArgument(message)
     return value
-
-
-def is_usable_identifier(value: str) -> bool:
-    """Whether ``value`` is an id this project can store, bind and log."""
-    return bool(value) and len(value) <= MAX_IDENTIFIER_LENGTH and storable(value)
 
 
 def identity(collection_id: object, content_id: object) -> tuple[str, str]:

@@ -11,6 +11,7 @@ import random
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass
+from functools import partial
 from typing import Any, Literal
 
 import sqlalchemy as sa
@@ -48,7 +49,7 @@ def process_work_item(
     limits: policy.Limits | None = None,
     lease_seconds: int = policy.LEASE_SECONDS,
     rand: Callable[[], float] = random.random,
-    refresh: Callable[..., str | None] = refresh_entry,
+    refresh: Callable[..., str | None] | None = None,
     heartbeat: Heartbeat | None = None,
     interrupts: tuple[type[BaseException], ...] = (),
 ) -> ProcessResult:
@@ -58,7 +59,9 @@ def process_work_item(
     over while its worker is alive. An exception of the ``interrupts`` types raised during the
     refresh (the worker's soft time limit) discards the connection, which may be half-way
     through a statement, and retries the item with ``MEDIA_USAGE_TIME_LIMIT`` (failed after the
-    attempt limit), so an item that is always too slow cannot loop for ever.
+    attempt limit), so an item that is always too slow cannot loop for ever. The default
+    refresh (``refresh_entry``) lets those exceptions through; a ``refresh`` given instead must
+    do the same.
     """
     # One connection for the whole item: one checkout and one pre-ping instead of one per step.
     with engine.connect() as conn:
@@ -71,7 +74,7 @@ def process_work_item(
             limits=limits or policy.Limits(),
             lease_seconds=lease_seconds,
             rand=rand,
-            refresh=refresh,
+            refresh=refresh or partial(refresh_entry, reraise=interrupts),
             heartbeat=heartbeat,
             interrupts=interrupts,
         )

@@ -81,7 +81,7 @@ class GuardedConsumer(Consumer):
                     headers=message.headers,
                     body=message.body,
                     checks=ARGUMENT_CHECKS,
-                    known_tasks=set(self.strategies),
+                    known_tasks=self.strategies,
                     limits=limits,
                 )
             except InvalidMessage as exc:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import time
-from functools import partial
 from typing import Any
 
 from celery import Task
@@ -16,7 +15,6 @@ from domain.timestamps import seconds_between
 from repository import coverage
 from repository.activation import is_activation_active
 from repository.processor import Heartbeat, process_work_item
-from repository.refresh import refresh_entry
 from repository.work import MediaUsageWorkRepository
 from tasks import dispatch, settings
 from tasks.app import app
@@ -92,7 +90,6 @@ def process_work(collection_id: Any, content_id: Any, work_version: Any) -> dict
                 every_seconds=lease / 3,
                 max_seconds=settings.TASK_TIME_LIMIT_SECONDS,
             ),
-            refresh=partial(refresh_entry, reraise=OUT_OF_TIME),
             interrupts=OUT_OF_TIME,
         ).as_dict()
     except InvalidArgument as exc:
