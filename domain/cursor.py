@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 from domain.errors import InvalidCursor
 
-MAX_CURSOR_LENGTH = 4096
+# Room for an id of 1,024 characters written as JSON escapes (six bytes each), in base64.
+MAX_CURSOR_LENGTH = 16384
 _CHECK_KEY = b"media-usage-worker/cursor/v1"
 # Operator listings page by updated_at (sortable, or emdash's legacy text for old rows).
 TIMESTAMP_ORDER = re.compile(r"\d{4}-\d\d-\d\d(T\d\d:\d\d:\d\d\.\d{3}Z| \d\d:\d\d:\d\d[0-9.+:]*)")
@@ -38,7 +39,9 @@ def _check(payload: bytes) -> str:
 
 def encode_cursor(order_value: str, id: str) -> str:
     payload = base64.urlsafe_b64encode(
-        json.dumps([order_value, id], separators=(",", ":"), ensure_ascii=False).encode()
+        # ASCII escapes: an id read from a SQLite host that is not UTF-8 holds lone surrogates,
+        # which no UTF-8 encoder takes, while a JSON \u escape goes through and back.
+        json.dumps([order_value, id], separators=(",", ":")).encode("ascii")
     )
     return f"{payload.decode('ascii').rstrip('=')}.{_check(payload.rstrip(b'='))}"
 
@@ -58,7 +61,8 @@ def decode_cursor(token: object, order: re.Pattern[str] = TIMESTAMP_ORDER) -> Cu
         order_value, id = json.loads(raw.decode("utf-8"))
     except (binascii.Error, ValueError, TypeError, UnicodeDecodeError):
         raise InvalidCursor() from None
-    if not (isinstance(order_value, str) and isinstance(id, str) and order_value and id):
+    # The id may be empty: a host can store '' as an id, and the listing must page past it.
+    if not (isinstance(order_value, str) and isinstance(id, str) and order_value):
         raise InvalidCursor()
     if not order.fullmatch(order_value):
         raise InvalidCursor()

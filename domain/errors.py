@@ -51,5 +51,9 @@ class FieldExists(InvalidArgument):
     """The collection already has a field or column with this slug."""
 
 
+class EntryTooLarge(MediaUsageError):
+    """The entry exceeds this worker's per-item limits; it is not indexed (resource limit)."""
+
+
 class CaptureInactive(MediaUsageError):
     """media usage capture inactive"""

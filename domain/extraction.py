@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from domain.content_model import FieldDefinition
-from domain.errors import MediaUsageError
+from domain.errors import EntryTooLarge, MediaUsageError
 
 _URL_LIKE = re.compile(r"^(?:[a-z][a-z0-9+.\-]*:|//)", re.IGNORECASE)
 _MEDIA_FILE_PATH = "/_emdash/api/media/file/"
@@ -258,8 +258,16 @@ def _field_occurrences(field: ExtractionField, value: object) -> Iterable[Occurr
             )
 
 
-def extract(fields: Sequence[ExtractionField], data: Mapping[str, Any]) -> list[Occurrence]:
-    """Every media occurrence in ``data``, in field then item order, de-duplicated."""
+def extract(
+    fields: Sequence[ExtractionField],
+    data: Mapping[str, Any],
+    max_occurrences: int | None = None,
+) -> list[Occurrence]:
+    """Every media occurrence in ``data``, in field then item order, de-duplicated.
+
+    Stops with ``EntryTooLarge`` as soon as there are more than ``max_occurrences``, so an
+    entry of a million images costs a bounded list, not a million objects.
+    """
     seen: set[tuple] = set()
     result = []
     for field in fields:
@@ -278,4 +286,6 @@ def extract(fields: Sequence[ExtractionField], data: Mapping[str, Any]) -> list[
             if key not in seen:
                 seen.add(key)
                 result.append(occurrence)
+                if max_occurrences is not None and len(result) > max_occurrences:
+                    raise EntryTooLarge(f"more than {max_occurrences} media occurrences")
     return result

@@ -22,6 +22,9 @@ RESOURCE_LIMIT = "MEDIA_USAGE_RESOURCE_LIMIT"
 PROCESSING_FAILED = "MEDIA_USAGE_PROCESSING_FAILED"
 # This project's own code: the item ran past the worker's soft time limit.
 TIME_LIMIT = "MEDIA_USAGE_TIME_LIMIT"
+# This project's own code: the entry's id is one the database holds but this project cannot use
+# (empty, longer than 1,024 characters, NUL, or not UTF-8): it is never indexed.
+UNUSABLE_CONTENT_ID = "MEDIA_USAGE_UNUSABLE_CONTENT_ID"
 
 # Refresh results (content-refresh codes) → the stable code stored on the work row.
 WORK_CODE_BY_REFRESH_CODE: Mapping[str, str] = {
@@ -55,6 +58,9 @@ class Limits:
 
     max_occurrences: int = 50_000
     max_index_bytes: int = 16 * 1024 * 1024
+    # Text of the media-bearing fields (live columns plus draft), checked before any is parsed:
+    # parsed JSON takes ten to twenty times its text in memory.
+    max_entry_chars: int = 16 * 1024 * 1024
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Limits:
@@ -65,6 +71,9 @@ class Limits:
             ),
             max_index_bytes=positive_setting(
                 env, "MEDIA_USAGE_MAX_INDEX_BYTES", cls.max_index_bytes
+            ),
+            max_entry_chars=positive_setting(
+                env, "MEDIA_USAGE_MAX_ENTRY_CHARS", cls.max_entry_chars
             ),
         )
 

@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from domain import fingerprint
+from domain.errors import EntryTooLarge
 from domain.extraction import ExtractionField, Occurrence, extract
+from domain.policy import Limits
 
 SOURCE_TYPE = "content"
 VARIANTS = ("columns", "draft_overlay")
@@ -99,9 +101,18 @@ def build_snapshots(
     row: Mapping[str, Any],
     display_fields: Sequence[str],
     revision: Revision | None,
+    limits: Limits | None = None,
 ) -> SnapshotSet:
-    """Both variants of one entry from its live row and, if it has one, its draft revision."""
+    """Both variants of one entry from its live row and, if it has one, its draft revision.
+
+    With ``limits``, an entry too large to index raises ``EntryTooLarge`` before its text is
+    parsed (``max_entry_chars``) or as soon as it has too many occurrences; without, the whole
+    entry is extracted (the test oracle's from-scratch extraction).
+    """
     content_id = row["id"]
+    if limits is not None:
+        _check_entry_size(fields, row, revision, limits.max_entry_chars)
+    max_occurrences = None if limits is None else limits.max_occurrences
     columns_data = {f.slug: parse_column(row.get(f.slug)) for f in fields}
     display = {name: row.get(name) for name in display_fields}
     base = {
@@ -122,7 +133,7 @@ def build_snapshots(
     }
     content_slug = _text(row.get("slug"))
     columns = _snapshot(
-        collection_id, fields, "columns", columns_data,
+        collection_id, fields, "columns", columns_data, max_occurrences,
         {**base, "content_slug": content_slug,
          "content_title": _title(display, content_slug, content_id),
          "revision_id": _text(row.get("live_revision_id"))},
@@ -139,12 +150,26 @@ def build_snapshots(
         name: data[name] if name in data else display.get(name) for name in display_fields
     }
     draft = _snapshot(
-        collection_id, fields, "draft_overlay", overlay,
+        collection_id, fields, "draft_overlay", overlay, max_occurrences,
         {**base, "content_slug": draft_slug,
          "content_title": _title(draft_display, draft_slug, content_id),
          "revision_id": draft_id},
     )  # fmt: skip
     return SnapshotSet(columns=columns, draft=draft)
+
+
+def _check_entry_size(
+    fields: Sequence[ExtractionField],
+    row: Mapping[str, Any],
+    revision: Revision | None,
+    max_chars: int,
+) -> None:
+    """Refuse an entry whose media-bearing text (live and draft) is over ``max_chars``."""
+    size = sum(len(v) for f in fields if isinstance(v := row.get(f.slug), str))
+    if revision is not None and isinstance(revision.data, str):
+        size += len(revision.data)
+    if size > max_chars:
+        raise EntryTooLarge(f"{size} characters of media fields, over {max_chars}")
 
 
 def _version(value: object) -> int | None:
@@ -178,11 +203,12 @@ def _snapshot(
     fields: Sequence[ExtractionField],
     variant: str,
     data: Mapping[str, Any],
+    max_occurrences: int | None,
     source: dict[str, Any],
 ) -> Snapshot:
     key = source_key(collection_id, source["content_id"], variant)
     source = {**source, "source_key": key, "source_variant": variant}
-    occurrences = extract(fields, data)
+    occurrences = extract(fields, data, max_occurrences)
     print_, length = fingerprint.projection(
         collection_id, fields, _fingerprint_source(source), occurrences
     )

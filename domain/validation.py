@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from typing import TypeGuard
 
 from domain.errors import InvalidArgument
 from domain.extraction import storable
@@ -33,18 +34,19 @@ def _is_whole(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def identifier(value: object, message: str) -> str:
+def is_usable_identifier(value: object) -> TypeGuard[str]:
     """A non-empty string id of bounded length that both databases can store as text.
 
-    NUL and lone surrogates are refused here: PostgreSQL rejects the first and no UTF-8
-    encoder takes the second, so either would fail later, half-way through a statement.
+    NUL and lone surrogates are refused: PostgreSQL rejects the first and no UTF-8 encoder
+    takes the second (a SQLite id that is not UTF-8 reads as one), so either would fail later,
+    half-way through a statement or a message.
     """
-    if (
-        not isinstance(value, str)
-        or not value
-        or len(value) > MAX_IDENTIFIER_LENGTH
-        or not storable(value)
-    ):
+    return isinstance(value, str) and 0 < len(value) <= MAX_IDENTIFIER_LENGTH and storable(value)
+
+
+def identifier(value: object, message: str) -> str:
+    """``value`` if it is a usable identifier (above), else ``InvalidArgument(message)``."""
+    if not is_usable_identifier(value):
         raise InvalidArgument(message)
     return value
 
@@ -128,13 +130,13 @@ def work_state(value: object) -> str | None:
         raise InvalidArgument(
             "Media usage work listing requires a valid state (pending, retry, leased, failed)."
         )
-    return value  # type: ignore[return-value]
+    return value
 
 
 def reconciliation_phase(value: object) -> str:
     if value not in RECONCILIATION_PHASES:
         raise InvalidArgument("Reconciliation enqueue phase must be scan or sources.")
-    return value  # type: ignore[return-value]
+    return value
 
 
 def reconciliation_content_ids(values: object) -> list[str]:

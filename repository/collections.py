@@ -23,6 +23,7 @@ from domain.errors import CollectionExists, CollectionNotFound, FieldExists, Med
 from repository import activation
 from repository.clock import db_now
 from repository.content_tables import add_field_column, content_table_name, create_content_table
+from repository.db import read_transaction
 from repository.ids import new_ulid
 from repository.schema import (
     ADAPTER_ID,
@@ -115,11 +116,11 @@ class CollectionRegistry:
             _invalidate_coverage_for_schema_change(conn, collection)
 
     def get(self, slug: str) -> Collection | None:
-        with self.engine.connect() as conn:
+        with read_transaction(self.engine) as conn:
             return self._get(conn, slug)
 
     def get_by_id(self, collection_id: str) -> Collection | None:
-        with self.engine.connect() as conn:
+        with read_transaction(self.engine) as conn:
             row = conn.execute(
                 sa.select(collections.c.id, collections.c.slug, collections.c.label).where(
                     collections.c.id == collection_id
@@ -128,7 +129,7 @@ class CollectionRegistry:
         return Collection(*row) if row else None
 
     def list(self) -> list[Collection]:
-        with self.engine.connect() as conn:
+        with read_transaction(self.engine) as conn:
             rows = conn.execute(
                 sa.select(collections.c.id, collections.c.slug, collections.c.label).order_by(
                     collections.c.slug
@@ -138,7 +139,7 @@ class CollectionRegistry:
 
     def fields(self, collection_id: str) -> list[FieldDefinition]:
         """The collection's fields in their sort order, as stored (validation JSON parsed)."""
-        with self.engine.connect() as conn:
+        with read_transaction(self.engine) as conn:
             return load_fields(conn, collection_id)
 
     @staticmethod

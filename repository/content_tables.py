@@ -6,7 +6,8 @@ only from those validated slugs, never from anything else.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import hashlib
+from collections.abc import Iterable, Sequence
 
 import sqlalchemy as sa
 from sqlalchemy import Column, Index, Table, Text
@@ -14,6 +15,7 @@ from sqlalchemy import Column, Index, Table, Text
 from domain.content_model import EMPTY_DEFAULT_BY_COLUMN_TYPE, FieldDefinition
 from repository.clock import db_legacy_now
 from repository.schema import revisions
+from repository.stored_text import StoredText
 
 POSTGRES_MAX_IDENTIFIER = 63
 
@@ -27,6 +29,17 @@ _COLUMN_TYPES: dict[str, type[sa.types.TypeEngine]] = {
 
 def content_table_name(collection_slug: str) -> str:
     return f"ec_{collection_slug}"
+
+
+def content_columns(slug: str, columns: Sequence[str] = ("id",)) -> sa.TableClause:
+    """A lightweight handle on ``ec_<slug>`` naming only ``columns`` (quoted by SQLAlchemy).
+
+    ``id`` is ``StoredText``: a host's id that is not UTF-8 is still matched exactly.
+    """
+    return sa.table(
+        content_table_name(slug),
+        *(sa.column(name, StoredText if name == "id" else None) for name in columns),
+    )
 
 
 def identifier(name: str, dialect_name: str) -> str:
@@ -105,9 +118,40 @@ def content_table(
 def create_content_table(
     conn: sa.Connection, collection_slug: str, fields: Iterable[FieldDefinition]
 ) -> Table:
-    table = content_table(collection_slug, fields, conn.dialect.name)
+    """Create ``ec_<slug>`` with emdash's index names, unless another table has one already.
+
+    emdash's names are not unique across slugs: ``foo``'s ``tg_locale`` index and ``foo_tg``'s
+    ``locale`` index are both ``idx_ec_foo_tg_locale``. A name already in the catalog gets
+    this slug's hash instead, so the second collection is created rather than refused.
+    """
+    dialect_name = conn.dialect.name
+    table = content_table(collection_slug, fields, dialect_name)
+    named: list[Index | sa.UniqueConstraint] = [*table.indexes]
+    named += [c for c in table.constraints if isinstance(c, sa.UniqueConstraint)]
+    taken = _names_in_catalog(conn, [str(item.name) for item in named])
+    for item in named:
+        if item.name in taken:
+            item.name = _distinct_name(str(item.name), collection_slug, dialect_name)
     table.create(conn)
     return table
+
+
+def _distinct_name(name: str, slug: str, dialect_name: str) -> str:
+    digest = hashlib.sha256(slug.encode()).hexdigest()[:8]
+    return identifier(f"{name[: POSTGRES_MAX_IDENTIFIER - 9]}_{digest}", dialect_name)
+
+
+def _names_in_catalog(conn: sa.Connection, names: list[str]) -> set[str]:
+    """Which of ``names`` some relation in the schema already has (indexes share the space)."""
+    if conn.dialect.name == "postgresql":
+        query = sa.text(
+            "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = current_schema() AND c.relname IN :names"
+        )
+    else:
+        query = sa.text("SELECT name FROM sqlite_master WHERE name IN :names")
+    query = query.bindparams(sa.bindparam("names", expanding=True))
+    return set(conn.execute(query, {"names": names}).scalars())
 
 
 def add_field_column(

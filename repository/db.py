@@ -1,9 +1,10 @@
 """Engine construction for the two supported databases.
 
 SQLite is tuned for several worker processes sharing one file: WAL so readers never block the
-writer, a generous busy timeout, and ``BEGIN IMMEDIATE`` for every transaction so a claimer
-takes the write lock up front instead of failing with "database is locked" when it tries to
-upgrade a read lock half-way through a compare-and-set.
+writer, a generous busy timeout, and ``BEGIN IMMEDIATE`` for every transaction that may write,
+so a claimer takes the write lock up front instead of failing with "database is locked" when it
+tries to upgrade a read lock half-way through a compare-and-set. Transactions that only read
+(``read_transaction``) begin deferred and never wait for that lock.
 
 PostgreSQL goes through psycopg 3 at READ COMMITTED (every state change is one guarded
 statement, so nothing needs a stronger level) with ``pool_pre_ping`` so a restarted server costs
@@ -12,6 +13,8 @@ one reconnect instead of one failed task.
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -22,6 +25,7 @@ from sqlalchemy.engine import URL, Engine, make_url
 from sqlalchemy.exc import ArgumentError
 
 from domain.errors import InvalidDatabaseURL
+from repository.stored_text import decode_text
 
 SQLITE_BUSY_TIMEOUT_SECONDS = 30
 POSTGRES_DRIVERS = {None, "psycopg"}
@@ -68,7 +72,41 @@ def _create_postgres_engine(url: URL, overrides: dict[str, Any]) -> Engine:
         "connect_args": {"options": "-c timezone=UTC"},
     }
     options.update(overrides)
-    return sa.create_engine(url, **options)
+    engine = sa.create_engine(url, **options)
+    event.listen(engine, "handle_error", _discard_read_only_postgres)
+    return engine
+
+
+def _discard_read_only_postgres(context: sa.engine.ExceptionContext) -> None:
+    # SQLSTATE 25006: the server (a standby after a failover, or one set read-only) refused a
+    # write. The connection is discarded so the next one can reach a writable primary.
+    if getattr(context.original_exception, "sqlstate", None) == "25006":
+        context.is_disconnect = True
+
+
+# pysqlite errors after which a connection is discarded, not reused: SQLite opens a file that
+# is read-only at that moment read-only for good, and a file that could not be opened or read
+# leaves the connection unusable. A new connection sees the file as it is now.
+_SQLITE_REOPEN_ON = (
+    "attempt to write a readonly database",
+    "unable to open database file",
+    "disk i/o error",
+)
+
+
+def _discard_unusable_sqlite(context: sa.engine.ExceptionContext) -> None:
+    message = str(context.original_exception).lower()
+    if isinstance(context.original_exception, sqlite3.OperationalError) and any(
+        text in message for text in _SQLITE_REOPEN_ON
+    ):
+        context.is_disconnect = True
+        # The failed statement's cursor would keep the database handle open after the
+        # connection is closed (a "zombie" until garbage collection), and a handle still open in
+        # this process makes SQLite share its read-only state with every new connection.
+        cursor = getattr(context.execution_context, "cursor", None)
+        if cursor is not None:
+            with contextlib.suppress(sqlite3.Error):
+                cursor.close()
 
 
 def _create_sqlite_engine(url: URL, overrides: dict[str, Any]) -> Engine:
@@ -80,6 +118,8 @@ def _create_sqlite_engine(url: URL, overrides: dict[str, Any]) -> Engine:
     def _configure(dbapi_connection: Any, _record: Any) -> None:
         # Take transaction control away from pysqlite so BEGIN IMMEDIATE below is the only BEGIN.
         dbapi_connection.isolation_level = None
+        # Text that is not UTF-8 must not make a whole statement fail (repository.stored_text).
+        dbapi_connection.text_factory = decode_text
         cursor = dbapi_connection.cursor()
         cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_SECONDS * 1000}")
         cursor.execute("PRAGMA journal_mode = WAL")
@@ -87,9 +127,13 @@ def _create_sqlite_engine(url: URL, overrides: dict[str, Any]) -> Engine:
         cursor.execute("PRAGMA foreign_keys = ON")
         cursor.close()
 
+    event.listen(engine, "handle_error", _discard_unusable_sqlite)
+
     @event.listens_for(engine, "begin")
-    def _begin_immediate(connection: sa.Connection) -> None:
-        connection.exec_driver_sql("BEGIN IMMEDIATE")
+    def _begin(connection: sa.Connection) -> None:
+        # A reader takes no lock up front, so it never waits behind a long writer (WAL).
+        deferred = connection.get_execution_options().get(_READ_ONLY, False)
+        connection.exec_driver_sql("BEGIN" if deferred else "BEGIN IMMEDIATE")
 
     return engine
 
@@ -111,6 +155,32 @@ def transaction(bind: Bind) -> Iterator[sa.Connection]:
     else:
         with bind.begin():
             yield bind
+
+
+_READ_ONLY = "media_usage_read_only"
+
+
+@contextmanager
+def read_transaction(bind: Bind) -> Iterator[sa.Connection]:
+    """One transaction that only reads: on SQLite a deferred ``BEGIN`` instead of ``IMMEDIATE``.
+
+    In WAL mode a deferred reader sees the last commit and never waits for the write lock, so
+    ``status``, listings and the tick's selection answer at once behind a long writer. Only
+    statements that write nothing belong here: a deferred transaction that writes would have to
+    upgrade its lock half-way, which is what ``BEGIN IMMEDIATE`` exists to avoid.
+    """
+    if isinstance(bind, Engine):
+        with bind.connect() as conn:
+            conn.execution_options(**{_READ_ONLY: True})
+            with conn.begin():
+                yield conn
+        return
+    bind.execution_options(**{_READ_ONLY: True})
+    try:
+        with bind.begin():
+            yield bind
+    finally:
+        bind.execution_options(**{_READ_ONLY: False})
 
 
 def is_postgres(engine_or_connection: Engine | sa.Connection) -> bool:

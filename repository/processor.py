@@ -8,7 +8,7 @@ duplicate, or a worker whose lease expired cannot change anything.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass
 from functools import partial
@@ -18,6 +18,8 @@ import sqlalchemy as sa
 
 from domain import policy
 from domain.snapshots import ContentEntry
+from domain.validation import is_usable_identifier
+from domain.work import WorkRecord
 from repository import coverage
 from repository.db import transaction
 from repository.heartbeat import keeper
@@ -137,6 +139,63 @@ def _process(
     if not _collection_present(conn, entry):
         return result("obsolete" if repo.complete_work(**lease) else "superseded")
     return _settle_failure(repo, lease, claimed, policy.work_error_code(code), rand, result)
+
+
+# Expired leases first (their holders died), then retries, then fresh work.
+DUE_STATES = ("leased", "retry", "pending")
+DUE_PAGE = 100
+
+
+@dataclass(frozen=True)
+class FanOut:
+    seen: int  # due items read
+    sent: int  # messages sent (items already in flight are not sent again)
+    unusable: int  # items settled without a message (unusable content ids)
+
+
+def fan_out_due_work(
+    repo: MediaUsageWorkRepository,
+    budget: int,
+    send: Callable[[list[WorkRecord]], Sequence[object]],
+) -> FanOut:
+    """Read up to ``budget`` due items page by page and hand each page to ``send``.
+
+    An item whose content id no message may carry is settled here instead of being sent.
+    """
+    seen = sent = unusable = 0
+    for state in DUE_STATES:
+        after = None
+        while seen < budget:
+            limit = min(DUE_PAGE, budget - seen)
+            page = repo.find_due_page(state, limit, after)
+            seen += len(page)
+            usable = []
+            for item in page:
+                if is_usable_identifier(item.content_id):
+                    usable.append(item)
+                else:
+                    unusable += 1
+                    settle_unusable_item(repo, item)
+            sent += len(send(usable)) if usable else 0
+            if len(page) < limit:
+                break
+            after = page[-1]
+    return FanOut(seen, sent, unusable)
+
+
+def settle_unusable_item(repo: MediaUsageWorkRepository, record: WorkRecord) -> str:
+    """Fail (or drop, if its entry is gone) an item whose content id cannot be used.
+
+    The tick calls this instead of sending a message that every worker would refuse: the item
+    ends ``failed`` with ``MEDIA_USAGE_UNUSABLE_CONTENT_ID`` and coverage says ``partial``.
+    """
+    outcome = repo.settle_unusable_work(record, policy.UNUSABLE_CONTENT_ID)
+    if outcome == "failed":
+        coverage.record_incremental_failure(
+            repo.bind, record.collection_id, record.collection_slug, record.content_id,
+            record.work_version, policy.UNUSABLE_CONTENT_ID,
+        )  # fmt: skip
+    return outcome
 
 
 def _settle_failure(

@@ -12,14 +12,14 @@ occurrences are deleted in the promoting transaction, so the index never accumul
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
 
 from domain.snapshots import ContentEntry, Revision, Snapshot, source_key
 from repository.clock import db_now
-from repository.content_tables import content_table_name
+from repository.content_tables import content_columns
 from repository.db import Bind, transaction
 from repository.identity import registered
 from repository.ids import new_ulid
@@ -52,19 +52,25 @@ class PromotionLost(Exception):
     """The guarded promote matched no row: roll the generation back."""
 
 
-def content_table(slug: str, columns: Sequence[str]) -> sa.TableClause:
-    """A lightweight handle on ``ec_<slug>`` naming only ``columns`` (quoted by SQLAlchemy)."""
-    return sa.table(content_table_name(slug), *(sa.column(name) for name in columns))
-
-
 def load_entry(
-    conn: sa.Connection, entry: ContentEntry, columns: Sequence[str]
+    conn: sa.Connection,
+    entry: ContentEntry,
+    columns: Sequence[str],
+    as_text: Collection[str] = (),
 ) -> tuple[dict[str, Any] | None, Revision | None]:
-    """The content row (only if the collection still has this id and slug) and its draft."""
+    """The content row (only if the collection still has this id and slug) and its draft.
+
+    Columns in ``as_text`` are read as their JSON text: psycopg would otherwise parse a
+    ``json`` column while fetching it, before the size check could refuse an entry too large.
+    """
     names = list(dict.fromkeys([*SYSTEM_COLUMNS, *columns]))
-    content = content_table(entry.collection_slug, names).alias("content")
+    content = content_columns(entry.collection_slug, names).alias("content")
+    selected = [
+        sa.cast(column, sa.Text).label(column.name) if column.name in as_text else column
+        for column in content.c
+    ]
     row = conn.execute(
-        sa.select(*content.c)
+        sa.select(*selected)
         .select_from(
             content.join(
                 collections,
@@ -110,7 +116,7 @@ def _content_unchanged(snapshot: Snapshot) -> sa.ColumnElement[bool]:
     if source["source_version"] is None or source["source_updated_at"] is None:
         return sa.false()
     revision_column = REVISION_COLUMN[snapshot.variant]
-    content = content_table(
+    content = content_columns(
         source["collection_slug"], ["id", "version", "updated_at", revision_column]
     )
     return sa.exists(
@@ -258,7 +264,7 @@ def delete_source_if_matching(
         registered(observed["collection_id"], observed["collection_slug"]),
     ]
     if content_absent:
-        content = content_table(observed["collection_slug"], ["id"])
+        content = content_columns(observed["collection_slug"], ["id"])
         guards.append(~sa.exists(sa.select(1).where(content.c.id == observed["content_id"])))
     with transaction(bind) as conn:
         deleted = conn.execute(sources.delete().where(*guards).returning(s.source_key)).first()

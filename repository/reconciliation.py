@@ -20,12 +20,13 @@ from typing import Any
 import sqlalchemy as sa
 
 from domain import policy
+from domain import validation as check
 from domain.extraction import extraction_fields
 from domain.snapshots import DISPLAY_FIELDS
 from repository.activation import is_activation_active
 from repository.clock import db_now, is_due, is_live_by_text
 from repository.collections import load_fields
-from repository.content_tables import content_table_name
+from repository.content_tables import content_columns
 from repository.identity import registered, status_row
 from repository.ids import new_ulid
 from repository.schema import (
@@ -282,7 +283,7 @@ class Reconciler:
                 self._release(row, self.defer_seconds)
                 return StepReport(row.collection_slug, row.phase, "deferred")
             fingerprint = field_fingerprint(conn, row.collection_id)
-            content = sa.table(content_table_name(row.collection_slug), sa.column("id"))
+            content = content_columns(row.collection_slug)
             upper = conn.execute(sa.select(sa.func.max(content.c.id))).scalar_one_or_none()
         self._release(
             row, 0, target_epoch=epoch, field_fingerprint=fingerprint, phase="scan",
@@ -298,7 +299,7 @@ class Reconciler:
         )  # fmt: skip
 
     def _scan(self, row: Any) -> StepReport:
-        content = sa.table(content_table_name(row.collection_slug), sa.column("id"))
+        content = content_columns(row.collection_slug)
         ids: list[str] = []
         if row.scan_upper_id is not None:
             query = sa.select(content.c.id).where(content.c.id <= row.scan_upper_id)
@@ -307,7 +308,16 @@ class Reconciler:
             with self.engine.begin() as conn:
                 ids = list(conn.execute(query.order_by(content.c.id).limit(PAGE)).scalars())
         if ids:
-            self._enqueue(row, "scan", ids)
+            usable = [i for i in ids if check.is_usable_identifier(i)]
+            if usable:
+                self._enqueue(row, "scan", usable)
+            for content_id in ids:
+                if not check.is_usable_identifier(content_id):
+                    self.work.record_unusable_content(
+                        collection_id=row.collection_id, collection_slug=row.collection_slug,
+                        content_id=content_id, change_epoch=row.target_epoch,
+                        error_code=policy.UNUSABLE_CONTENT_ID,
+                    )  # fmt: skip
             self._release(row, 0, scan_cursor=ids[-1])
             return StepReport(row.collection_slug, "scan", "enqueued", len(ids))
         barrier = self._work_barrier(row)
@@ -340,7 +350,7 @@ class Reconciler:
             with self.engine.begin() as conn:
                 keys = [tuple(k) for k in conn.execute(query.order_by(s.source_key).limit(PAGE))]
         if keys:
-            content = sa.table(content_table_name(row.collection_slug), sa.column("id"))
+            content = content_columns(row.collection_slug)
             candidates = list(dict.fromkeys(content_id for _, content_id in keys))
             with self.engine.begin() as conn:
                 present = set(
@@ -359,7 +369,11 @@ class Reconciler:
         return self._finalize(row)
 
     def _work_barrier(self, row: Any) -> StepReport | None:
-        """Wait for the run's work to drain; a failed item fails the run."""
+        """Wait for the run's work to drain; then a failed item fails the run.
+
+        The run waits for the other items first, so its coverage says how much was indexed
+        (``partial``) instead of ``failed`` while entries were still being processed.
+        """
         w = work.c
         with self.engine.begin() as conn:
             states = set(
@@ -367,12 +381,12 @@ class Reconciler:
                     sa.select(w.state).distinct().where(w.collection_id == row.collection_id)
                 ).scalars()
             )
-        if "failed" in states:
-            self._record_failure(row, ENTRY_FAILED, terminal=True)
-            return StepReport(row.collection_slug, row.phase, "failed")
-        if states:
+        if states - {"failed"}:
             self._release(row, self.defer_seconds)
             return StepReport(row.collection_slug, row.phase, "waiting")
+        if states:
+            self._record_failure(row, ENTRY_FAILED, terminal=True)
+            return StepReport(row.collection_slug, row.phase, "failed")
         return None
 
     def _finalize(self, row: Any) -> StepReport:

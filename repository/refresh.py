@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 import sqlalchemy as sa
 
+from domain.errors import EntryTooLarge
 from domain.extraction import FieldDiscoveryError, extraction_fields
 from domain.policy import Limits
 from domain.snapshots import DISPLAY_FIELDS, ContentEntry, SnapshotSet, build_snapshots
@@ -50,6 +51,8 @@ def refresh_entry(
         return GENERATION_CONFLICT
     except FieldDiscoveryError:
         return FieldDiscoveryError.code
+    except EntryTooLarge:
+        return RESOURCE_LIMIT
     except Exception as exc:
         if isinstance(exc, reraise):
             raise
@@ -68,7 +71,12 @@ def _attempt(
         fields = load_fields(conn, entry.collection_id)
         extraction = extraction_fields(fields)
         display = [name for name in DISPLAY_FIELDS if any(f.slug == name for f in fields)]
-        row, revision = projection.load_entry(conn, entry, [f.slug for f in extraction] + display)
+        row, revision = projection.load_entry(
+            conn,
+            entry,
+            [f.slug for f in extraction] + display,
+            as_text={f.slug for f in fields if f.column_type == "JSON"},
+        )
         collection_present = (
             row is not None
             or conn.execute(
@@ -93,6 +101,7 @@ def _attempt(
         row=row,
         display_fields=display,
         revision=revision,
+        limits=limits,
     )
     if snapshots.draft_error is not None:
         return snapshots.draft_error

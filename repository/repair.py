@@ -16,12 +16,13 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 
 from domain.errors import CollectionNotFound, MediaUsageError
-from domain.policy import Limits
+from domain.policy import UNUSABLE_CONTENT_ID, Limits
 from domain.snapshots import ContentEntry
+from domain.validation import is_usable_identifier
 from repository.activation import is_activation_active
 from repository.clock import db_now
 from repository.collections import CollectionRegistry
-from repository.content_tables import content_table_name
+from repository.content_tables import content_columns
 from repository.identity import status_row
 from repository.ids import new_ulid
 from repository.refresh import refresh_entry
@@ -75,10 +76,11 @@ def repair_collection(
         ).scalar_one_or_none()  # fmt: skip
         if epoch is None:
             raise RepairNotPossible(f"Capture is not active for collection {slug!r}.")
-        content = sa.table(content_table_name(slug), sa.column("id"))
+        content = content_columns(slug)
         total = conn.execute(sa.select(sa.func.count()).select_from(content)).scalar_one()
 
     indexed = failed = skipped = removed = 0
+    unusable: list[str] = []  # ids the host stored that cannot be indexed (kept as failed work)
     first_error: str | None = None
     limits = limits or Limits()
     done = 0
@@ -92,6 +94,11 @@ def repair_collection(
         if not ids:
             break
         for content_id in ids:
+            if not is_usable_identifier(content_id):
+                unusable.append(content_id)
+                failed += 1
+                first_error = first_error or UNUSABLE_CONTENT_ID
+                continue
             code = refresh_entry(engine, ContentEntry(collection.id, slug, content_id), limits)
             if code is None:
                 indexed += 1
@@ -126,7 +133,13 @@ def repair_collection(
         else:
             skipped += 1
 
-    MediaUsageWorkRepository(engine).delete_work_through_epoch(collection.id, epoch)
+    repo = MediaUsageWorkRepository(engine)
+    repo.delete_work_through_epoch(collection.id, epoch)
+    for content_id in unusable:
+        repo.record_unusable_content(
+            collection_id=collection.id, collection_slug=slug, content_id=content_id,
+            change_epoch=epoch, error_code=UNUSABLE_CONTENT_ID,
+        )  # fmt: skip
     outcome = "complete" if not failed and not skipped else ("failed" if not indexed else "partial")
     error = None if outcome == "complete" else (first_error or REPAIR_CONFLICT)
     with engine.begin() as conn:

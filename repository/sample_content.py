@@ -11,8 +11,8 @@ import sqlalchemy as sa
 
 from domain.sample_content import COLLECTIONS, SampleEntry
 from repository.collections import CollectionRegistry
+from repository.content_tables import content_columns
 from repository.db import Bind, transaction
-from repository.projection import content_table
 from repository.schema import revisions
 
 
@@ -48,5 +48,5 @@ def write_entries(bind: Bind, entries: Iterable[SampleEntry]) -> int:
         if drafts:
             conn.execute(revisions.insert(), drafts)
         for slug, values in rows.items():
-            conn.execute(content_table(slug, list(values[0])).insert(), values)
+            conn.execute(content_columns(slug, list(values[0])).insert(), values)
     return sum(len(v) for v in rows.values())

@@ -15,6 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy import BigInteger, Column, Index, Integer, Table, Text, UniqueConstraint
 
 from repository.clock import db_default_now, db_legacy_now
+from repository.stored_text import StoredText
 
 metadata = sa.MetaData()
 
@@ -298,7 +299,8 @@ work = Table(
     metadata,
     Column("collection_id", Text, nullable=False),
     Column("collection_slug", Text, nullable=False),
-    Column("content_id", Text, nullable=False),
+    # Ids as the host stored them, even if not UTF-8 (repository.stored_text).
+    Column("content_id", StoredText, nullable=False),
     Column("change_epoch", BigInteger, nullable=False),
     Column("work_version", BigInteger, nullable=False, server_default=sa.text("1")),
     Column("state", Text, nullable=False, server_default=sa.text("'pending'")),
@@ -385,8 +387,8 @@ reconciliations = Table(
     Column("field_fingerprint", Text),
     Column("state", Text, nullable=False, server_default=sa.text("'pending'")),
     Column("phase", Text, nullable=False, server_default=sa.text("'scan'")),
-    Column("scan_cursor", Text),
-    Column("scan_upper_id", Text),
+    Column("scan_cursor", StoredText),
+    Column("scan_upper_id", StoredText),
     Column("source_cursor", Text),
     Column("source_upper_key", Text),
     _zero("attempt_count"),

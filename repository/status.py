@@ -10,6 +10,7 @@ import sqlalchemy as sa
 from domain import coverage as coverage_rules
 from domain.timestamps import seconds_between
 from repository.clock import db_now, is_due
+from repository.db import read_transaction
 from repository.schema import (
     ADAPTER_ID,
     SCOPE_TYPE,
@@ -43,7 +44,7 @@ class CollectionStatus:
 
 def overview(engine: sa.Engine) -> tuple[str, str, list[CollectionStatus]]:
     """(activation state, aggregate coverage, per-collection details)."""
-    with engine.begin() as conn:
+    with read_transaction(engine) as conn:
         now = conn.execute(sa.select(db_now())).scalar_one()
         capture = conn.execute(sa.select(activation.c.state)).scalar_one_or_none() or "missing"
         rows = conn.execute(
@@ -136,7 +137,7 @@ class IndexTotals:
 def index_totals(engine: sa.Engine) -> dict[str, IndexTotals]:
     """Per collection slug: entries with a current source, and their current occurrences."""
     s, o = sources.c, occurrences.c
-    with engine.connect() as conn:
+    with read_transaction(engine) as conn:
         entries = dict(
             conn.execute(
                 sa.select(s.collection_slug, sa.func.count(sa.distinct(s.content_id))).group_by(

@@ -12,6 +12,7 @@ from domain import validation as check
 from domain.cursor import SLUG_ORDER, decode_cursor, encode_cursor
 from domain.errors import MediaUsageError
 from repository.activation import is_activation_active
+from repository.db import read_transaction
 from repository.schema import (
     ADAPTER_ID,
     SCOPE_TYPE,
@@ -165,7 +166,7 @@ def usage_page(
     check.identifier(media_id, "A media id is required.")
     page_limit = check.operator_limit(limit)
     position = decode_cursor(cursor, SLUG_ORDER)
-    with engine.begin() as conn:
+    with read_transaction(engine) as conn:
         if conn.execute(sa.select(media.c.id).where(media.c.id == media_id)).first() is None:
             raise MediaNotFound(f"No media item has id {media_id!r}.")
         active = is_activation_active(conn)
@@ -246,7 +247,7 @@ def _entry(
 def usage_count(engine: sa.Engine, media_id: str) -> tuple[Coverage, int | None]:
     """The number of live entries using ``media_id``; ``None`` unless coverage is complete."""
     check.identifier(media_id, "A media id is required.")
-    with engine.begin() as conn:
+    with read_transaction(engine) as conn:
         current = read_coverage(conn)
         count = usage_counts(conn, [media_id])[media_id]
     return current, count if current.complete else None

@@ -23,7 +23,8 @@ from domain.work import (
     operator_order,
 )
 from repository.clock import db_now, is_due, is_live_by_text, lease_is_live
-from repository.db import Bind, transaction
+from repository.content_tables import content_columns
+from repository.db import Bind, read_transaction, transaction
 from repository.identity import registered, status_row
 from repository.ids import new_ulid
 from repository.schema import (
@@ -37,6 +38,7 @@ from repository.schema import (
     reconciliations,
     work,
 )
+from repository.stored_text import StoredText
 from repository.upsert import insert_factory
 
 w = work.c
@@ -155,15 +157,14 @@ _LIVE_LEASE = [
     w.lease_token == sa.bindparam("p_lease_token", type_=sa.Text),
     lease_is_live(w.lease_expires_at),
 ]
+# A row a claimer may take: due pending or retry work, or a lease whose holder is gone.
+_CLAIMABLE = sa.or_(
+    sa.and_(w.state.in_(("pending", "retry")), is_due(w.next_attempt_at)),
+    sa.and_(w.state == "leased", _lease_expired(w.lease_expires_at)),
+)
 _CLAIM = (
     work.update()
-    .where(
-        *_ITEM_VERSION,
-        sa.or_(
-            sa.and_(w.state.in_(("pending", "retry")), is_due(w.next_attempt_at)),
-            sa.and_(w.state == "leased", _lease_expired(w.lease_expires_at)),
-        ),
-    )
+    .where(*_ITEM_VERSION, _CLAIMABLE)
     .values(
         state="leased",
         lease_token=sa.bindparam("p_lease_token", type_=sa.Text),
@@ -304,7 +305,7 @@ class MediaUsageWorkRepository:
         page_limit = check.operator_limit(limit)
         position = decode_cursor(cursor)
 
-        with transaction(self.bind) as conn:
+        with read_transaction(self.bind) as conn:
             collection = conn.execute(
                 sa.select(collections.c.id, collections.c.slug).where(
                     collections.c.slug == collection_slug
@@ -534,7 +535,7 @@ class MediaUsageWorkRepository:
     def find_due_work(self, limit: int) -> list[WorkRecord]:
         """Up to ``limit`` due items in eligibility order (pending, retry, expired leases)."""
         limit = check.due_limit(limit)
-        with transaction(self.bind) as conn:
+        with read_transaction(self.bind) as conn:
             rows = [
                 *conn.execute(self._due_query("pending", limit)),
                 *conn.execute(self._due_query("retry", limit)),
@@ -559,11 +560,73 @@ class MediaUsageWorkRepository:
             .limit(limit)
         )
 
+    def settle_unusable_work(self, record: WorkRecord, error_code: str) -> str:
+        """Settle a claimable item whose content id cannot be used (``is_usable_identifier``).
+
+        Such an item is never claimed, sent or indexed. If its entry is gone it is obsolete
+        (deleted); otherwise it fails at once with ``error_code``. Returns ``"obsolete"``,
+        ``"failed"``, or ``"superseded"`` when the row moved on since it was read.
+        """
+        code = check.error_code(error_code)
+        content = content_columns(record.collection_slug)
+        # The id is bound through StoredText (column types), so a SQLite id that is not UTF-8
+        # is matched byte for byte.
+        this_item = [
+            w.collection_id == record.collection_id,
+            w.content_id == record.content_id,
+            w.work_version == record.work_version,
+            _CLAIMABLE,
+        ]
+        entry_gone = ~sa.exists(sa.select(1).where(content.c.id == w.content_id))
+        with transaction(self.bind) as conn:
+            if conn.execute(work.delete().where(*this_item, entry_gone)).rowcount:
+                return "obsolete"
+            failed = conn.execute(
+                work.update()
+                .where(*this_item)
+                .values(
+                    state="failed", attempt_count=w.attempt_count + 1, lease_token=None,
+                    lease_expires_at=None, last_attempted_at=db_now(), last_error_code=code,
+                    updated_at=db_now(),
+                )
+            ).rowcount  # fmt: skip
+        return "failed" if failed else "superseded"
+
+    def record_unusable_content(
+        self, *, collection_id: str, collection_slug: str, content_id: str, change_epoch: int,
+        error_code: str,
+    ) -> bool:  # fmt: skip
+        """A failed row for an entry a rescan found with an unusable id, unless it has a row.
+
+        The reconciliation scan and repair read such ids; they cannot be enqueued as work
+        (nothing could claim them), so they are written as failed work for ``work list``.
+        """
+        code = check.error_code(error_code)
+        epoch = check.change_epoch(change_epoch)
+        row = sa.select(
+            _text(collection_id).label("collection_id"),
+            _text(collection_slug).label("collection_slug"),
+            sa.literal(content_id, StoredText).label("content_id"),
+            sa.literal(epoch, sa.BigInteger).label("change_epoch"),
+            sa.literal(1, sa.BigInteger).label("work_version"),
+            sa.literal("failed").label("state"),
+            sa.literal(1).label("attempt_count"),
+            db_now().label("next_attempt_at"),
+            db_now().label("last_attempted_at"),
+            sa.literal(code).label("last_error_code"),
+            db_now().label("created_at"),
+            db_now().label("updated_at"),
+        ).where(registered(collection_id, collection_slug))
+        names = [c.name for c in row.selected_columns]
+        insert = self._insert(work).from_select(names, row).on_conflict_do_nothing()
+        with transaction(self.bind) as conn:
+            return conn.execute(insert).rowcount > 0
+
     def find_work_for_content(self, collection_slug: str, content_id: str) -> WorkRecord | None:
         message = "Media usage work lookup requires collection and content identity."
         check.identifier(collection_slug, message)
         check.identifier(content_id, message)
-        with transaction(self.bind) as conn:
+        with read_transaction(self.bind) as conn:
             row = conn.execute(
                 sa.select(work)
                 .join(collections, _current_identity)
@@ -686,8 +749,9 @@ class MediaUsageWorkRepository:
                     after.collection_id,
                     after.content_id,
                 )
-            query = query.where(key > sa.tuple_(*(sa.literal(v, sa.Text) for v in position)))
-        with transaction(self.bind) as conn:
+            # StoredText: the last id of a page may be one a SQLite host stored as non-UTF-8.
+            query = query.where(key > sa.tuple_(*(sa.literal(v, StoredText) for v in position)))
+        with read_transaction(self.bind) as conn:
             return [_record(row) for row in conn.execute(query)]
 
     def oldest_due(self) -> tuple[str, str | None]:
@@ -704,7 +768,7 @@ class MediaUsageWorkRepository:
                 w.state == "leased", is_due(w.lease_expires_at)
             ),
         ]
-        with transaction(self.bind) as conn:
+        with read_transaction(self.bind) as conn:
             now = conn.execute(sa.select(db_now())).scalar_one()
             found = [conn.execute(q).scalar_one_or_none() for q in candidates]
         due = [value for value in found if value is not None]

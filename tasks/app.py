@@ -78,6 +78,7 @@ app.conf.update(
     worker_prefetch_multiplier=1,
     task_time_limit=settings.TASK_TIME_LIMIT_SECONDS,
     task_soft_time_limit=settings.TASK_SOFT_TIME_LIMIT_SECONDS,
+    worker_max_memory_per_child=settings.max_memory_per_child_kib(),
     worker_send_task_events=True,
     task_send_sent_event=True,
     timezone="UTC",

@@ -54,6 +54,16 @@ def max_queued() -> int:
     return positive_int("MEDIA_USAGE_MAX_QUEUED", 1000)
 
 
+def max_memory_per_child_kib() -> int:
+    """A pool child is replaced after a task that leaves it above this resident size (KiB).
+
+    One item peaks at about 150 MB over a child's baseline under the default limits
+    (``docs/reliability.md``); 512 MiB leaves room for that and returns what a large entry
+    left behind instead of keeping it for the child's lifetime.
+    """
+    return positive_int("MEDIA_USAGE_MAX_MEMORY_PER_CHILD_KIB", 512 * 1024)
+
+
 def dispatch_ttl_seconds() -> int:
     """How long a dispatched message lives (and suppresses re-dispatch of the same item)."""
     return positive_int("MEDIA_USAGE_DISPATCH_TTL", lease_seconds())

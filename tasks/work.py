@@ -14,7 +14,8 @@ from domain.policy import Limits
 from domain.timestamps import seconds_between
 from repository import coverage
 from repository.activation import is_activation_active
-from repository.processor import Heartbeat, process_work_item
+from repository.db import read_transaction
+from repository.processor import Heartbeat, fan_out_due_work, process_work_item
 from repository.work import MediaUsageWorkRepository
 from tasks import dispatch, settings
 from tasks.app import app
@@ -22,11 +23,8 @@ from tasks.engines import get_engine
 from tasks.events import emit
 
 log = logging.getLogger(__name__)
-PAGE = 100
 # The soft time limit ends the refresh, never the worker: the item is retried (attempt + 1).
 OUT_OF_TIME = (SoftTimeLimitExceeded,)
-# Expired leases first (their holders died), then retries, then fresh work.
-DUE_STATES = ("leased", "retry", "pending")
 
 
 @app.task(name="media_usage.tick", bind=True, ignore_result=True)
@@ -34,7 +32,7 @@ def tick(self: Task) -> dict[str, Any]:
     """Select due work page by page (up to the tick budget) and send one message per item."""
     started = time.monotonic()
     engine = get_engine()
-    with engine.connect() as conn:
+    with read_transaction(engine) as conn:
         active = is_activation_active(conn)
     if not active:
         return {"active": False, "dispatched": 0}
@@ -45,27 +43,18 @@ def tick(self: Task) -> dict[str, Any]:
     # expire before a worker reached them.
     room = settings.max_queued() - queued if queued is not None else settings.tick_budget()
     budget = max(0, min(settings.tick_budget(), room))
-    seen = dispatched = 0
-    for state in DUE_STATES:
-        after = None
-        while seen < budget:
-            limit = min(PAGE, budget - seen)
-            page = repo.find_due_page(state, limit, after)
-            seen += len(page)
-            dispatched += len(dispatch.send(page, ttl)) if page else 0
-            if len(page) < limit:
-                break
-            after = page[-1]
+    fanned = fan_out_due_work(repo, budget, lambda page: dispatch.send(page, ttl))
     now, oldest = repo.oldest_due()
     # A worker killed between an item's completion and its coverage note leaves the collection
     # stale with nothing left to do; the tick is what still runs.
     restored = coverage.restore_settled_coverage(engine)
     summary = {
         "active": True,
-        "due_seen": seen,
-        "dispatched": dispatched,
+        "due_seen": fanned.seen,
+        "dispatched": fanned.sent,
+        "unusable_settled": fanned.unusable,
         "queued_before": queued,
-        "budget_exhausted": seen >= budget,
+        "budget_exhausted": fanned.seen >= budget,
         "coverage_restored": restored,
         "oldest_due_age_seconds": round(seconds_between(oldest, now), 3) if oldest else 0.0,
         "duration_ms": round((time.monotonic() - started) * 1000, 1),

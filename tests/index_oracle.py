@@ -13,6 +13,7 @@ import sqlalchemy as sa
 
 from domain.extraction import extraction_fields
 from domain.snapshots import DISPLAY_FIELDS, Revision, build_snapshots
+from domain.validation import is_usable_identifier
 from repository.collections import CollectionRegistry
 
 Row = tuple[str, str, str, str | None, str, str, str | None, str | None]
@@ -34,6 +35,8 @@ def expected_index(engine: sa.Engine) -> set[Row]:
             display = [n for n in DISPLAY_FIELDS if any(f.slug == n for f in fields)]
             rows = conn.execute(sa.text(f"SELECT * FROM ec_{collection.slug}")).mappings().all()
             for row in rows:
+                if not is_usable_identifier(row["id"]):
+                    continue  # never indexed: its work fails as MEDIA_USAGE_UNUSABLE_CONTENT_ID
                 revision = None
                 if row["draft_revision_id"]:
                     found = conn.execute(
@@ -76,6 +79,8 @@ def expected_source_keys(engine: sa.Engine) -> set[str]:
             for content_id, draft in conn.execute(
                 sa.text(f"SELECT id, draft_revision_id FROM ec_{collection.slug}")
             ):
+                if not is_usable_identifier(content_id):
+                    continue
                 keys.add(f"content:{collection.id}:{content_id}:columns")
                 if draft:
                     keys.add(f"content:{collection.id}:{content_id}:draft_overlay")

@@ -23,6 +23,9 @@ SAMPLE_FIELDS = [
     GALLERY_FIELD,
 ]
 
+# Runs a command as root without the capabilities that let root ignore file modes, so a test
+# can make a database file read-only for it (util-linux ``setpriv``).
+WITHOUT_FILE_OVERRIDE = ["setpriv", "--bounding-set=-dac_override,-dac_read_search"]
 PAST = "2000-01-01T00:00:00.000Z"
 FUTURE = "2999-01-01T00:00:00.000Z"
 SORTABLE = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"
@@ -133,16 +136,14 @@ def db_time(engine: sa.Engine) -> str:
 
 def drain(engine: sa.Engine, limits=None, max_rounds: int = 100) -> list:
     """Process due work until none is due (the tick and worker, without Celery)."""
-    from repository.processor import process_work_item
+    from repository.processor import fan_out_due_work, process_work_item
     from repository.work import MediaUsageWorkRepository
 
     repo = MediaUsageWorkRepository(engine)
     results = []
-    for _ in range(max_rounds):
-        due = repo.find_due_work(100)
-        if not due:
-            return results
-        for item in due:
+
+    def process(page: list) -> list:
+        for item in page:
             results.append(
                 process_work_item(
                     engine,
@@ -152,4 +153,9 @@ def drain(engine: sa.Engine, limits=None, max_rounds: int = 100) -> list:
                     limits=limits,
                 )
             )
+        return page
+
+    for _ in range(max_rounds):
+        if not fan_out_due_work(repo, 100, process).seen:
+            return results
     raise AssertionError("work did not drain")

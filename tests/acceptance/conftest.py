@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -94,10 +94,10 @@ class Processes:
         self.tmp = tmp
         self.running: list[subprocess.Popen] = []
 
-    def _start(self, name: str, args: list[str]) -> subprocess.Popen:
+    def _start(self, name: str, args: list[str], prefix: Sequence[str] = ()) -> subprocess.Popen:
         log = open(self.tmp / f"{name}-{len(self.running)}.log", "wb")  # noqa: SIM115
         proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "tasks", *args],
+            [*prefix, sys.executable, "-m", "celery", "-A", "tasks", *args],
             cwd=ROOT,
             env=self.env,
             stdout=log,
@@ -107,7 +107,8 @@ class Processes:
         self.running.append(proc)
         return proc
 
-    def worker(self, concurrency: int = 2) -> subprocess.Popen:
+    def worker(self, concurrency: int = 2, prefix: Sequence[str] = ()) -> subprocess.Popen:
+        """A worker; ``prefix`` runs it through a wrapper command (for example ``setpriv``)."""
         return self._start(
             "worker",
             [
@@ -123,6 +124,7 @@ class Processes:
                 "--without-gossip",
                 "--without-mingle",
             ],
+            prefix,
         )
 
     def beat(self) -> subprocess.Popen:

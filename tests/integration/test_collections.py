@@ -272,3 +272,33 @@ def test_concurrent_creators_of_one_slug_get_one_collection(db: sa.Engine) -> No
         thread.join(timeout=60)
     assert sorted(outcomes) == ["created", "exists"]
     assert len(CollectionRegistry(db).list()) == 1
+
+
+@pytest.mark.parametrize(
+    "slugs",
+    [
+        ["foo", "foo_tg", "foo_del", "foo_deleted"],
+        ["foo_deleted", "foo_del", "foo_tg", "foo"],
+        ["post_slug_locale_unique", "post"],  # a table named like another's unique constraint
+    ],
+)
+def test_slugs_whose_emdash_index_names_collide_are_all_created(
+    registry: CollectionRegistry, db: sa.Engine, slugs: list[str]
+) -> None:
+    """``foo``'s ``tg_locale`` and ``foo_tg``'s ``locale`` are both ``idx_ec_foo_tg_locale``:
+    the first table keeps emdash's name, a later one gets its slug's hash on that name."""
+    for slug in slugs:
+        registry.create_collection(slug, slug, FIELDS[:2])
+    inspector = sa.inspect(db)
+    names: dict[str, str] = {}
+    for slug in slugs:
+        for index in inspector.get_indexes(f"ec_{slug}"):
+            if not index.get("duplicates_constraint"):
+                assert names.setdefault(index["name"], slug) == slug, index["name"]
+        own = [n for n, s in names.items() if s == slug]
+        assert len(own) == len(INDEX_SUFFIXES)
+    first = slugs[0]
+    assert {f"idx_ec_{first}_{suffix}"[:63] for suffix in INDEX_SUFFIXES} <= set(names)
+    with db.begin() as conn:  # every table takes writes
+        for slug in slugs:
+            conn.execute(sa.text(f"INSERT INTO ec_{slug} (id, slug) VALUES ('e1', 's')"))

@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from domain.content_model import FieldDefinition
+from domain.errors import EntryTooLarge
 from domain.extraction import (
     ExtractionField,
     FieldDiscoveryError,
@@ -255,3 +256,10 @@ def test_extraction_never_raises_and_yields_well_formed_occurrences(data: dict) 
                 assert "\x00" not in value
                 value.encode("utf-8")  # storable: no lone surrogates
         json.dumps(payload)
+
+
+def test_extraction_stops_past_the_occurrence_limit() -> None:
+    blocks = [{"_type": "image", "asset": {"_ref": f"m{i}"}} for i in range(10)]
+    assert len(extract([BODY], {"body": blocks}, max_occurrences=10)) == 10
+    with pytest.raises(EntryTooLarge, match="more than 9"):
+        extract([BODY], {"body": blocks}, max_occurrences=9)

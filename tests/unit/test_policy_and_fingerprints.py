@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from domain import coverage, policy
+from domain.errors import EntryTooLarge
 from domain.extraction import ExtractionField
 from domain.fingerprint import PROJECTION_PATTERN, canonical_json
 from domain.snapshots import (
@@ -43,6 +46,7 @@ def test_error_code_mapping() -> None:
 def test_limits_from_env() -> None:
     assert policy.Limits.from_env({}) == policy.Limits(50_000, 16 * 1024 * 1024)
     assert policy.Limits.from_env({"MEDIA_USAGE_MAX_OCCURRENCES": "12"}).max_occurrences == 12
+    assert policy.Limits.from_env({"MEDIA_USAGE_MAX_ENTRY_CHARS": "7"}).max_entry_chars == 7
     for bad in ("0", "-3", "x", "1.5"):
         with pytest.raises(ValueError, match="MEDIA_USAGE_MAX_INDEX_BYTES"):
             policy.Limits.from_env({"MEDIA_USAGE_MAX_INDEX_BYTES": bad})
@@ -160,3 +164,31 @@ def test_scope_status() -> None:
     assert coverage.scope_status("complete", 1, 1) == "stale"
     assert coverage.scope_status("complete", 0, 2) == "stale"
     assert coverage.scope_status("weird", 0, 1) == "unknown"
+
+
+def test_an_entry_over_the_size_limit_is_refused_before_its_text_is_parsed() -> None:
+    class Unparsable(str):
+        """Text that fails the test if anything tries to parse it."""
+
+        def __getitem__(self, key):  # parse_column looks at the first character
+            raise AssertionError("the oversized text was parsed")
+
+    limits = policy.Limits(max_entry_chars=100)
+    row = {**ROW, "hero": Unparsable("[" + "x" * 100)}
+    with pytest.raises(EntryTooLarge, match="101 characters"):
+        build_snapshots(
+            collection_id="C1", collection_slug="posts", fields=FIELDS, row=row,
+            display_fields=[], revision=None, limits=limits,
+        )  # fmt: skip
+    # The draft's text counts too.
+    draft = Revision("posts", "e1", json.dumps({"hero": "m2", "pad": "y" * 80}))
+    with pytest.raises(EntryTooLarge):
+        build_snapshots(
+            collection_id="C1", collection_slug="posts", fields=FIELDS,
+            row={**ROW, "draft_revision_id": "r1"}, display_fields=[], revision=draft,
+            limits=limits,
+        )  # fmt: skip
+    assert build_snapshots(
+        collection_id="C1", collection_slug="posts", fields=FIELDS, row=ROW,
+        display_fields=[], revision=None, limits=limits,
+    ).columns.occurrences  # fmt: skip
