@@ -8,6 +8,7 @@ in the same database is left alone.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,6 +17,7 @@ import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 
 from repository.db import create_engine
 
@@ -38,8 +40,7 @@ def _engine(url_or_engine: str | sa.Engine) -> Iterator[sa.Engine]:
 
 
 def _config(connection: sa.Connection) -> Config:
-    config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    config = _config_without_connection()
     config.attributes["connection"] = connection
     return config
 
@@ -69,3 +70,34 @@ def current_revision(url_or_engine: str | sa.Engine) -> str | None:
     with _engine(url_or_engine) as engine, engine.connect() as connection:
         context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
         return context.get_current_revision()
+
+
+@functools.cache
+def head_revision() -> str:
+    """The newest revision this code ships."""
+    scripts = ScriptDirectory.from_config(_config_without_connection())
+    head = scripts.get_current_head()
+    assert head is not None
+    return head
+
+
+def _config_without_connection() -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    return config
+
+
+def schema_problem(engine: sa.Engine) -> str | None:
+    """``None`` when the database has this code's schema, else what an operator must do."""
+    try:
+        current = current_revision(engine)
+    except sa.exc.DBAPIError as exc:
+        return f"the database cannot be read ({type(exc.orig).__name__})"
+    head = head_revision()
+    if current == head:
+        return None
+    if current is None:
+        return "the database has no media usage schema: run `media-usage db upgrade`"
+    return (
+        f"the database schema is at {current}, this code needs {head}: run `media-usage db upgrade`"
+    )

@@ -223,15 +223,19 @@ class Reconciler:
 
     def _update(self, row: Any, **values: Any) -> bool:
         with self.engine.begin() as conn:
-            return (
-                conn.execute(
-                    reconciliations.update()
-                    .where(*self._held(row))
-                    .values(**values, updated_at=db_now())
-                    .returning(r.collection_id)
-                ).first()
-                is not None
-            )
+            return self._update_in(conn, row, **values)
+
+    def _update_in(self, conn: sa.Connection, row: Any, **values: Any) -> bool:
+        """The held coordinator row's guarded update, inside the caller's transaction."""
+        return (
+            conn.execute(
+                reconciliations.update()
+                .where(*self._held(row))
+                .values(**values, updated_at=db_now())
+                .returning(r.collection_id)
+            ).first()
+            is not None
+        )
 
     def _release(self, row: Any, delay: int = 0, **values: Any) -> None:
         self._update(
@@ -431,37 +435,38 @@ class Reconciler:
                 lease_expires_at=None, next_attempt_at=db_now(delay), last_error_code=code,
             )  # fmt: skip
             return
-        if not self._update(
-            row, state="failed", attempt_count=r.attempt_count + 1, lease_token=None,
-            lease_expires_at=None, last_error_code=code,
-        ):  # fmt: skip
-            return
-        self._finish_failed_coverage(row, code)
-
-    def _finish_failed_coverage(self, row: Any, code: str) -> None:
-        s, w = sources.c, work.c
+        # One transaction: a worker killed between the coordinator's "failed" and the coverage
+        # row would leave coverage "running" with this run's cursor, which nothing reopens.
         with self.engine.begin() as conn:
-            if code == ENTRY_FAILED:
-                first_failed = conn.execute(
-                    sa.select(w.last_error_code)
-                    .where(w.collection_id == row.collection_id, w.state == "failed")
-                    .order_by(w.content_id)
-                    .limit(1)
-                ).scalar_one_or_none()
-                code = first_failed or code
-            has_sources = sa.exists(
-                sa.select(1).where(
-                    s.source_type == "content",
-                    s.collection_id == row.collection_id,
-                    s.identity_version == 1,
-                )
+            if self._update_in(
+                conn, row, state="failed", attempt_count=r.attempt_count + 1, lease_token=None,
+                lease_expires_at=None, last_error_code=code,
+            ):  # fmt: skip
+                self._finish_failed_coverage(conn, row, code)
+
+    def _finish_failed_coverage(self, conn: sa.Connection, row: Any, code: str) -> None:
+        s, w = sources.c, work.c
+        if code == ENTRY_FAILED:
+            first_failed = conn.execute(
+                sa.select(w.last_error_code)
+                .where(w.collection_id == row.collection_id, w.state == "failed")
+                .order_by(w.content_id)
+                .limit(1)
+            ).scalar_one_or_none()
+            code = first_failed or code
+        has_sources = sa.exists(
+            sa.select(1).where(
+                s.source_type == "content",
+                s.collection_id == row.collection_id,
+                s.identity_version == 1,
             )
-            conn.execute(
-                index_status.update()
-                .where(*_status_of(row), st.status == "running", st.cursor == row.run_token)
-                .values(
-                    status=sa.case((has_sources, "partial"), else_="failed"),
-                    completed_at=None, cursor=None, last_error_code=code,
-                    reconciliation_required=1, updated_at=db_now(),
-                )
-            )  # fmt: skip
+        )
+        conn.execute(
+            index_status.update()
+            .where(*_status_of(row), st.status == "running", st.cursor == row.run_token)
+            .values(
+                status=sa.case((has_sources, "partial"), else_="failed"),
+                completed_at=None, cursor=None, last_error_code=code,
+                reconciliation_required=1, updated_at=db_now(),
+            )
+        )  # fmt: skip

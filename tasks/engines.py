@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 
 import sqlalchemy as sa
 
 from repository.db import create_engine
+from repository.migrate import schema_problem
 from tasks import settings
 
+log = logging.getLogger(__name__)
 _engines: dict[str, sa.Engine] = {}
+_migrated: set[str] = set()
+_reported: dict[str, str] = {}
 _lock = threading.Lock()
 
 
@@ -23,6 +28,27 @@ def get_engine(url: str | None = None) -> sa.Engine:
             if engine is None:
                 engine = _engines[url] = create_engine(url)
     return engine
+
+
+def migrated_engine() -> sa.Engine | None:
+    """The process's engine, or ``None`` while its database lacks this code's schema.
+
+    A worker or beat started before ``media-usage db upgrade`` then logs one line saying so
+    (once per process and problem) instead of a traceback on every tick, and starts working
+    as soon as the schema is there.
+    """
+    engine = get_engine()
+    url = str(engine.url)
+    if url in _migrated:
+        return engine
+    problem = schema_problem(engine)
+    if problem is None:
+        _migrated.add(url)
+        return engine
+    if _reported.get(url) != problem:
+        _reported[url] = problem
+        log.warning("media usage is waiting: %s", problem)
+    return None
 
 
 def dispose_all() -> None:

@@ -10,15 +10,18 @@ from celery import Task
 from repository.reconciliation import Reconciler
 from tasks import settings
 from tasks.app import app
-from tasks.engines import get_engine
+from tasks.engines import migrated_engine
 from tasks.events import emit
 
 
 @app.task(name="media_usage.reconcile_tick", bind=True, ignore_result=True)
 def reconcile_tick(self: Task) -> dict[str, Any]:
     """Advance every collection that needs reconciling by a bounded number of pages."""
+    engine = migrated_engine()
+    if engine is None:
+        return {"steps": 0, "schema": "not migrated"}
     reports = Reconciler(
-        get_engine(), defer_seconds=settings.positive_int("MEDIA_USAGE_RECONCILE_DEFER_SECONDS", 5)
+        engine, defer_seconds=settings.positive_int("MEDIA_USAGE_RECONCILE_DEFER_SECONDS", 5)
     ).tick()
     summary = {
         "steps": len(reports),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 
+from domain.errors import InvalidArgument
 from domain.policy import positive_setting
 
 DEFAULT_DATABASE_URL = "sqlite:///media_usage.db"
@@ -17,6 +18,25 @@ TASK_TIME_LIMIT_SECONDS = 300
 TASK_SOFT_TIME_LIMIT_SECONDS = 270
 # Broker redelivery must wait longer than any lease can live (lease + hard limit).
 VISIBILITY_TIMEOUT_SECONDS = 3600
+MAX_TASK_TIME_LIMIT_SECONDS = 3000
+
+
+def time_limits() -> tuple[int, int]:
+    """``(hard, soft)`` seconds per task: a slow item is interrupted at the soft limit and
+    retried (``MEDIA_USAGE_TIME_LIMIT``); the hard limit kills the pool child."""
+    hard = positive_int("MEDIA_USAGE_TASK_TIME_LIMIT", TASK_TIME_LIMIT_SECONDS)
+    soft = positive_int("MEDIA_USAGE_TASK_SOFT_TIME_LIMIT", min(TASK_SOFT_TIME_LIMIT_SECONDS, hard))
+    if hard > MAX_TASK_TIME_LIMIT_SECONDS:
+        raise InvalidArgument(
+            f"MEDIA_USAGE_TASK_TIME_LIMIT must be at most {MAX_TASK_TIME_LIMIT_SECONDS} s (the "
+            f"broker redelivers unacknowledged messages after an hour), not {hard}."
+        )
+    if soft >= hard:
+        raise InvalidArgument(
+            f"MEDIA_USAGE_TASK_SOFT_TIME_LIMIT ({soft} s) must be below "
+            f"MEDIA_USAGE_TASK_TIME_LIMIT ({hard} s)."
+        )
+    return hard, soft
 
 
 def database_url() -> str:

@@ -19,7 +19,7 @@ from repository.processor import Heartbeat, fan_out_due_work, process_work_item
 from repository.work import MediaUsageWorkRepository
 from tasks import dispatch, settings
 from tasks.app import app
-from tasks.engines import get_engine
+from tasks.engines import migrated_engine
 from tasks.events import emit
 
 log = logging.getLogger(__name__)
@@ -31,7 +31,9 @@ OUT_OF_TIME = (SoftTimeLimitExceeded,)
 def tick(self: Task) -> dict[str, Any]:
     """Select due work page by page (up to the tick budget) and send one message per item."""
     started = time.monotonic()
-    engine = get_engine()
+    engine = migrated_engine()
+    if engine is None:
+        return {"active": False, "dispatched": 0, "schema": "not migrated"}
     with read_transaction(engine) as conn:
         active = is_activation_active(conn)
     if not active:
@@ -66,10 +68,13 @@ def tick(self: Task) -> dict[str, Any]:
 @app.task(name="media_usage.process_work", ignore_result=True)
 def process_work(collection_id: Any, content_id: Any, work_version: Any) -> dict[str, Any]:
     """Claim, refresh and complete (or retry/fail) one item; the outcome is the result."""
+    engine = migrated_engine()
+    if engine is None:
+        return {"outcome": "claim_lost", "reason": "not migrated"}
     lease = settings.lease_seconds()
     try:
         result = process_work_item(
-            get_engine(),
+            engine,
             collection_id=collection_id,
             content_id=content_id,
             work_version=work_version,
@@ -77,7 +82,7 @@ def process_work(collection_id: Any, content_id: Any, work_version: Any) -> dict
             lease_seconds=lease,
             heartbeat=Heartbeat(
                 every_seconds=lease / 3,
-                max_seconds=settings.TASK_TIME_LIMIT_SECONDS,
+                max_seconds=settings.time_limits()[0],
             ),
             interrupts=OUT_OF_TIME,
         ).as_dict()

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from celery.signals import task_success
 
 from repository.work import MediaUsageWorkRepository
-from tests.acceptance.conftest import wait_for, work_rows
+from tests.acceptance.conftest import Processes, wait_for, work_rows
 from tests.index_oracle import (
     actual_index,
     actual_source_keys,
@@ -21,11 +21,13 @@ from tests.index_oracle import (
     expected_source_keys,
 )
 from tests.support import (
+    PAST,
     SAMPLE_FIELDS,
     active_collection,
     complete_without_note,
     get_work,
     mark_coverage_complete,
+    set_work,
     status_row,
 )
 
@@ -235,3 +237,81 @@ def test_the_tick_restores_coverage_a_worker_killed_after_completing_left_stale(
     assert summary["coverage_restored"] == ["posts"] and summary["dispatched"] == 0
     assert status_row(engine, posts.id)["status"] == "complete"
     assert tick.apply().get()["coverage_restored"] == []
+
+
+def test_worker_and_beat_started_before_the_schema_wait_with_one_line_then_work(
+    database_url, broker_url, tmp_path
+) -> None:
+    """Started before ``db upgrade``: one line saying what to do, no traceback per tick, and
+    the pipeline works as soon as the schema is there (no restart)."""
+    from repository.db import create_engine
+    from repository.migrate import upgrade
+
+    fleet = Processes(
+        {
+            "MEDIA_USAGE_DATABASE_URL": database_url,
+            "MEDIA_USAGE_BROKER_URL": broker_url,
+            "MEDIA_USAGE_TICK_SECONDS": "1",
+            "MEDIA_USAGE_RECONCILE_SECONDS": "1",
+            "MEDIA_USAGE_LEASE_SECONDS": "3",
+        },
+        tmp_path,
+    )
+    try:
+        fleet.worker(concurrency=1)
+        fleet.beat()
+        wait_for(lambda: fleet.logs().count("media_usage.tick[") >= 6, timeout=60, interval=0.5)
+        logs = fleet.logs()
+        assert logs.count("media usage is waiting: the database has no media usage schema") == 1
+        assert "Traceback" not in logs and "ERROR" not in logs
+
+        upgrade(database_url)
+        engine = create_engine(database_url)
+        active_collection(engine, "posts", SAMPLE_FIELDS)
+        write_entries(engine, 20)
+        wait_for(lambda: drained(engine, 20), timeout=60, interval=0.5)
+        assert_index_is_exact(engine)
+        engine.dispose()
+    finally:
+        fleet.stop_all()
+
+
+def test_an_item_past_the_soft_limit_retries_then_fails_and_no_child_is_killed(
+    engine, posts, processes
+) -> None:
+    """A real prefork worker with a 1 s soft limit and an item that takes seconds (45,000
+    gallery images): each attempt ends at the soft limit with attempt + 1 and
+    ``MEDIA_USAGE_TIME_LIMIT``; the fifth fails the item; the hard limit never fires."""
+    processes.env.update(
+        {"MEDIA_USAGE_TASK_SOFT_TIME_LIMIT": "1", "MEDIA_USAGE_TASK_TIME_LIMIT": "60"}
+    )
+    # No reconciliation: a rescan would enqueue the failed item again (by design).
+    mark_coverage_complete(engine)
+    gallery = json.dumps([{"image": f"m{i}"} for i in range(45_000)])
+    write_entries(engine, 3)
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text("INSERT INTO ec_posts (id, gallery) VALUES ('slow', :g)"), {"g": gallery}
+        )
+    worker = processes.worker(concurrency=1)
+    processes.beat()
+
+    for attempt in range(1, 6):
+        wait_for(
+            lambda attempt=attempt: get_work(engine, posts.id, "slow")["attempt_count"] >= attempt,
+            timeout=90,
+            interval=0.2,
+        )
+        row = get_work(engine, posts.id, "slow")
+        assert (row["attempt_count"], row["last_error_code"]) == (attempt, "MEDIA_USAGE_TIME_LIMIT")
+        assert row["state"] == ("failed" if attempt == 5 else "retry")
+        assert row["lease_token"] is None
+        if row["state"] == "retry":  # the backoff is 30 s and more: make the retry due now
+            set_work(engine, posts.id, "slow", next_attempt_at=PAST)
+
+    wait_for(lambda: work_rows(engine) == 1, timeout=60)  # the three others completed
+    logs = processes.logs()
+    assert worker.poll() is None
+    assert "exited with" not in logs and "Hard time limit" not in logs
+    status = status_row(engine, posts.id)
+    assert (status["status"], status["last_error_code"]) == ("partial", "MEDIA_USAGE_TIME_LIMIT")

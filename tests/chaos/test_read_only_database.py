@@ -87,7 +87,7 @@ def test_a_database_read_only_for_a_while_is_recovered_without_a_restart(
         assert _kill_pool_children(worker) > 0
         for i in range(ENTRIES):
             host.execute(
-                sa.text("INSERT INTO ec_posts (id, hero) VALUES (:id, :hero)"),
+                sa.text("INSERT INTO ec_articles (id, hero) VALUES (:id, :hero)"),
                 {"id": f"ro{i:04d}", "hero": f"m{i % 7}"},
             )
         host.commit()

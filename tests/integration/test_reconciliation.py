@@ -223,3 +223,42 @@ def test_repair_refuses_without_active_capture(db, posts) -> None:
         repair_collection(db, "posts")
     with pytest.raises(CollectionNotFound):
         repair_collection(db, "nope")
+
+
+class Killed(BaseException):
+    """A worker killed mid-step: nothing after this point runs in that process."""
+
+
+def test_a_worker_killed_while_recording_a_failed_run_leaves_it_recoverable(
+    db, posts, monkeypatch
+) -> None:
+    """The coordinator's "failed" and the coverage row are one transaction: a kill between
+    the two statements undoes both, the lease expires, and another worker finishes the run."""
+    write(db, INSERT, entries(3))
+    write(db, "INSERT INTO ec_posts (id) VALUES ('')")  # fails at once (unusable id)
+    activate(db)
+
+    def killed_after_the_first_statement(*args, **kwargs):
+        raise Killed
+
+    monkeypatch.setattr(Reconciler, "_finish_failed_coverage", killed_after_the_first_statement)
+    reconciler = Reconciler(db, defer_seconds=0)
+    with pytest.raises(Killed):
+        for _ in range(100):
+            reconciler.tick()
+            drain(db)
+    monkeypatch.undo()
+    with db.connect() as conn:
+        state = conn.execute(
+            sa.text("SELECT state FROM _emdash_media_usage_reconciliations")
+        ).scalar_one()
+    assert state == "leased"  # not "failed" with coverage left "running"
+    assert status_row(db, posts.id)["status"] == "running"
+
+    write(db, "UPDATE _emdash_media_usage_reconciliations SET lease_expires_at = :p", {"p": PAST})
+    converge(db, posts.id)
+    status = status_row(db, posts.id)
+    assert (status["status"], status["last_error_code"]) == (
+        "partial",
+        "MEDIA_USAGE_UNUSABLE_CONTENT_ID",
+    )
