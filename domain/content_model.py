@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from domain.errors import InvalidArgument, InvalidSlug
+from domain.validation import storable
 
 # ec_<slug> plus emdash's longest index suffix stays near PostgreSQL's 63-byte identifier limit.
 COLLECTION_SLUG_PATTERN = re.compile(r"[a-z][a-z0-9_]{0,39}")
@@ -159,6 +160,9 @@ def validate_fields(fields: object) -> tuple[FieldDefinition, ...]:
 
 
 def validate_label(label: object) -> str:
-    if not isinstance(label, str) or not label.strip() or len(label) > 1000:
-        raise InvalidArgument("Collection label must be a non-empty string of at most 1000 chars.")
+    if not isinstance(label, str) or not label.strip() or len(label) > 1000 or not storable(label):
+        raise InvalidArgument(
+            "Collection label must be a non-empty string of at most 1000 chars, with no NUL "
+            "and valid UTF-8."
+        )
     return label

@@ -14,6 +14,7 @@ from typing import Any
 
 from domain.content_model import FieldDefinition
 from domain.errors import EntryTooLarge, MediaUsageError
+from domain.validation import storable
 
 _URL_LIKE = re.compile(r"^(?:[a-z][a-z0-9+.\-]*:|//)", re.IGNORECASE)
 _MEDIA_FILE_PATH = "/_emdash/api/media/file/"
@@ -117,17 +118,6 @@ def _image_sub_fields(definition: FieldDefinition) -> tuple[str, ...]:
         and isinstance(sub.get("slug"), str)
     }
     return tuple(sorted(slugs))
-
-
-def storable(value: str) -> bool:
-    """Text a database can hold: no NUL (PostgreSQL) and valid UTF-8 (no lone surrogates)."""
-    if "\x00" in value:
-        return False
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def normalize_provider(value: object) -> str | None:

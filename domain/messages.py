@@ -22,7 +22,7 @@ from typing import Any
 
 from domain import validation
 from domain.errors import InvalidArgument, InvalidMessage
-from domain.extraction import storable
+from domain.validation import storable
 
 JSON_CONTENT_TYPE = "application/json"
 UTF8_ENCODINGS = frozenset({"utf-8", "utf8"})

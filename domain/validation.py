@@ -11,7 +11,6 @@ from collections.abc import Iterable
 from typing import TypeGuard
 
 from domain.errors import InvalidArgument
-from domain.extraction import storable
 
 MAX_PORTABLE_DURATION_SECONDS = 365 * 24 * 60 * 60
 MAX_WORK_SELECTION_LIMIT = 100
@@ -32,6 +31,17 @@ _ERROR_CODE = re.compile(r"[A-Z][A-Z0-9_]{0,63}")
 
 def _is_whole(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def storable(value: str) -> bool:
+    """Text a database can hold: no NUL (PostgreSQL) and valid UTF-8 (no lone surrogates)."""
+    if "\x00" in value:
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def is_usable_identifier(value: object) -> TypeGuard[str]:

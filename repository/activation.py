@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
+from domain.content_model import COLLECTION_SLUG_PATTERN
 from domain.errors import MediaUsageError
 from repository import schema, triggers
 from repository.clock import db_now
@@ -116,6 +117,13 @@ def activate(engine: sa.Engine) -> list[str]:
     with engine.begin() as conn:
         rows = conn.execute(sa.select(registry.id, registry.slug).order_by(registry.slug)).all()
         for collection_id, slug in rows:
+            # A host may register any slug; only one that is a safe identifier becomes SQL.
+            if not (isinstance(slug, str) and COLLECTION_SLUG_PATTERN.fullmatch(slug)):
+                raise ActivationError(
+                    f"Collection slug {slug!r} (id {collection_id!r}) is not one this project "
+                    f"can capture: it must match ^{COLLECTION_SLUG_PATTERN.pattern}$. Rename "
+                    "or remove the collection, then activate again."
+                )
             if not sa.inspect(conn).has_table(content_table_name(slug)):
                 raise ActivationError(f"Collection {slug!r} has no ec_{slug} table.")
             if not _capture_is_active(conn, collection_id, slug):

@@ -135,3 +135,29 @@ def test_db_downgrade_refused_then_allowed(migrated_url: str) -> None:
     assert partial.exit_code == 0, partial.output
     assert current_revision(migrated_url) == "0001_core_content_registry"
     assert runner.invoke(main, ["db", "upgrade", "--database-url", migrated_url]).exit_code == 0
+
+
+def test_activation_refuses_a_host_registered_unsafe_slug_with_one_line(migrated_url: str) -> None:
+    engine = sa.create_engine(migrated_url.replace("postgresql://", "postgresql+psycopg://"))
+    with engine.begin() as conn:  # what a host may write into the registry itself
+        conn.execute(
+            sa.text(
+                "INSERT INTO _emdash_collections (id, slug, label) "
+                "VALUES ('X1', 'Bad-Slug; DROP TABLE revisions', 'Bad')"
+            )
+        )
+    engine.dispose()
+    result = CliRunner().invoke(main, ["activate", "--database-url", migrated_url])
+    assert result.exit_code == 1
+    assert "Traceback" not in result.output and isinstance(result.exception, SystemExit)
+    assert "Collection slug 'Bad-Slug; DROP TABLE revisions' (id 'X1') is not one" in result.output
+
+
+def test_a_label_that_is_not_storable_text_is_a_usage_error(migrated_url: str) -> None:
+    for label in ("\udcff", "a\x00b"):
+        result = CliRunner().invoke(
+            main,
+            ["collections", "create", "pages", "--label", label, "--database-url", migrated_url],
+        )
+        assert result.exit_code == 2, result.output
+        assert "Collection label must be" in result.output
