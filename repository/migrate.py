@@ -97,7 +97,7 @@ def schema_problem(engine: sa.Engine) -> str | None:
     if current == head:
         return None
     if current is None:
-        return "the database has no media usage schema: run `media-usage db upgrade`"
+        return "the database has no media usage schema: run media-usage db upgrade"
     return (
-        f"the database schema is at {current}, this code needs {head}: run `media-usage db upgrade`"
+        f"the database schema is at {current}, this code needs {head}: run media-usage db upgrade"
     )

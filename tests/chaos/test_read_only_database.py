@@ -108,9 +108,12 @@ def test_a_database_read_only_for_a_while_is_recovered_without_a_restart(
         "entries": ENTRIES,
         "errors_while_read_only": errors_while_read_only,
         "errors_after": logs.count(READ_ONLY_ERRORS[dialect]) - errors_while_read_only,
+        "children_replaced": logs.count("exited with"),
     }
     print("read-only figures:", json.dumps(figures))
     assert worker.poll() is None, "the worker exited"
     assert "Unrecoverable error" not in logs
+    assert "SIGBUS" not in logs  # only the children the test killed itself were replaced
+    assert logs.count("exited with") == logs.count("exited with 'signal 9 (SIGKILL)'")
     assert actual_index(engine) == expected_index(engine)
     engine.dispose()
