@@ -31,7 +31,6 @@ CHILD = textwrap.dedent(
     import sys
     import sqlalchemy as sa
     from repository.db import create_engine
-from tests.support import WITHOUT_FILE_OVERRIDE
 
     engine = create_engine(sys.argv[1])
     with engine.connect() as conn:
