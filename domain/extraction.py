@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from domain.content_model import FieldDefinition
 from domain.errors import EntryTooLarge, MediaUsageError
@@ -165,7 +165,7 @@ def media_kind(mime: str | None, fallback: str | None) -> str | None:
     return "other"
 
 
-def _is_plain_object(value: object) -> bool:
+def _is_plain_object(value: object) -> TypeGuard[Mapping[str, Any]]:
     return isinstance(value, Mapping)
 
 
@@ -207,9 +207,9 @@ def _value_reference(
             field_slug,
             field_path,
             reference_type,
-            value.get("provider"),  # type: ignore[union-attr]
-            value.get("id"),  # type: ignore[union-attr]
-            value.get("mimeType"),  # type: ignore[union-attr]
+            value.get("provider"),
+            value.get("id"),
+            value.get("mimeType"),
             fallback,
         )
     return None

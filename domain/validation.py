@@ -29,7 +29,7 @@ _NON_NEGATIVE_DECIMAL = re.compile(r"0|[1-9][0-9]*")
 _ERROR_CODE = re.compile(r"[A-Z][A-Z0-9_]{0,63}")
 
 
-def _is_whole(value: object) -> bool:
+def _is_whole(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -68,7 +68,7 @@ def identity(collection_id: object, content_id: object) -> tuple[str, str]:
 
 def _decimal(value: object, pattern: re.Pattern[str], minimum: int) -> int | None:
     if _is_whole(value):
-        number = int(value)  # type: ignore[arg-type]
+        number = value
     elif isinstance(value, str) and len(value) <= 19 and pattern.fullmatch(value):
         number = int(value)
     else:
@@ -97,13 +97,13 @@ def lease_token(value: object) -> str:
 
 def duration_seconds(value: object, label: str, *, allow_zero: bool) -> int:
     low = 0 if allow_zero else 1
-    if not _is_whole(value) or not low <= int(value) <= MAX_PORTABLE_DURATION_SECONDS:  # type: ignore[arg-type]
+    if not _is_whole(value) or not low <= int(value) <= MAX_PORTABLE_DURATION_SECONDS:
         kind = "a non-negative" if allow_zero else "a positive"
         raise InvalidArgument(
             f"Media usage work {label} must be {kind} whole number of seconds no greater than "
             "one year."
         )
-    return int(value)  # type: ignore[arg-type]
+    return int(value)
 
 
 def error_code(value: object) -> str:
@@ -115,22 +115,22 @@ def error_code(value: object) -> str:
 
 
 def due_limit(value: object) -> int:
-    if not _is_whole(value) or not 1 <= int(value) <= MAX_WORK_SELECTION_LIMIT:  # type: ignore[arg-type]
+    if not _is_whole(value) or not 1 <= int(value) <= MAX_WORK_SELECTION_LIMIT:
         raise InvalidArgument(
             "Media usage due-work limit must be a whole number from 1 to "
             f"{MAX_WORK_SELECTION_LIMIT}."
         )
-    return int(value)  # type: ignore[arg-type]
+    return int(value)
 
 
 def operator_limit(value: object) -> int:
     if value is None:
         return OPERATOR_DEFAULT_LIMIT
-    if not _is_whole(value) or not 1 <= int(value) <= OPERATOR_MAX_LIMIT:  # type: ignore[arg-type]
+    if not _is_whole(value) or not 1 <= int(value) <= OPERATOR_MAX_LIMIT:
         raise InvalidArgument(
             f"Media usage operator limit must be a whole number from 1 to {OPERATOR_MAX_LIMIT}."
         )
-    return int(value)  # type: ignore[arg-type]
+    return int(value)
 
 
 def work_state(value: object) -> str | None:

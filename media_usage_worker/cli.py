@@ -206,7 +206,7 @@ def collections_list(as_json: bool, database_url: str) -> None:
 
     with open_engine(database_url) as engine:
         registry = CollectionRegistry(engine)
-        rows = [
+        rows: list[dict[str, Any]] = [
             {
                 "id": c.id,
                 "slug": c.slug,

@@ -6,6 +6,7 @@ row and, once capture is active, its capture triggers. A half-created collection
 
 from __future__ import annotations
 
+import builtins
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -137,7 +138,7 @@ class CollectionRegistry:
             ).all()
         return [Collection(*row) for row in rows]
 
-    def fields(self, collection_id: str) -> list[FieldDefinition]:
+    def fields(self, collection_id: str) -> builtins.list[FieldDefinition]:
         """The collection's fields in their sort order, as stored (validation JSON parsed)."""
         with read_transaction(self.engine) as conn:
             return load_fields(conn, collection_id)

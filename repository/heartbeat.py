@@ -119,6 +119,8 @@ class LeaseKeeper:
     def _renew(held: HeldLease) -> bool:
         """Renew once; ``False`` when the lease is gone and renewing should stop."""
         claimed = held.claimed
+        if claimed.lease_token is None:
+            return False  # a record without a token holds no lease to renew
         held.next_renewal = time.monotonic() + held.every_seconds
         try:
             expiry = held.repo.extend_lease(

@@ -106,7 +106,7 @@ def _process(
     version = int(work_version)
     if claimed is None:
         return ProcessResult("claim_lost", collection_id, content_id, version)
-    lease = {
+    lease: dict[str, Any] = {
         "collection_id": claimed.collection_id,
         "content_id": claimed.content_id,
         "work_version": claimed.work_version,

@@ -109,7 +109,7 @@ def _attempt(
         return RESOURCE_LIMIT
     for snapshot in snapshots.snapshots:
         current = observed.get(snapshot.variant)
-        if projection.is_unchanged(snapshot, current):
+        if current is not None and projection.is_unchanged(snapshot, current):
             with transaction(bind) as conn:
                 if projection.still_unchanged(conn, snapshot, current):
                     continue

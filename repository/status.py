@@ -83,21 +83,21 @@ def overview(engine: sa.Engine) -> tuple[str, str, list[CollectionStatus]]:
             ).all()
         )
         failed: dict[str, list[dict[str, Any]]] = {}
-        for row in conn.execute(
+        for item in conn.execute(
             sa.select(
                 w.collection_id, w.content_id, w.last_error_code, w.attempt_count, w.updated_at
             )
             .where(w.state == "failed")
             .order_by(w.updated_at.desc(), w.content_id.desc())
         ):
-            items = failed.setdefault(row.collection_id, [])
+            items = failed.setdefault(item.collection_id, [])
             if len(items) < FAILED_SHOWN:
                 items.append(
                     {
-                        "content_id": row.content_id,
-                        "error_code": row.last_error_code,
-                        "attempts": row.attempt_count,
-                        "updated_at": row.updated_at,
+                        "content_id": item.content_id,
+                        "error_code": item.last_error_code,
+                        "attempts": item.attempt_count,
+                        "updated_at": item.updated_at,
                     }
                 )
     details = []
@@ -138,14 +138,14 @@ def index_totals(engine: sa.Engine) -> dict[str, IndexTotals]:
     """Per collection slug: entries with a current source, and their current occurrences."""
     s, o = sources.c, occurrences.c
     with read_transaction(engine) as conn:
-        entries = dict(
+        entries: dict[str, int] = dict(
             conn.execute(
                 sa.select(s.collection_slug, sa.func.count(sa.distinct(s.content_id))).group_by(
                     s.collection_slug
                 )
             ).all()
         )
-        references = dict(
+        references: dict[str, int] = dict(
             conn.execute(
                 sa.select(s.collection_slug, sa.func.count())
                 .select_from(

@@ -218,8 +218,11 @@ class MediaUsageWorkRepository:
         phase = check.reconciliation_phase(phase)
         ids = check.reconciliation_content_ids(content_ids)
 
-        page = sa.values(sa.column("content_id", sa.Text), name="page").data([(i,) for i in ids])
-        page = page.cte("page")
+        page = (
+            sa.values(sa.column("content_id", sa.Text), name="page")
+            .data([(i,) for i in ids])
+            .cte("page")
+        )
         r = reconciliations.c
         owner_guard = sa.exists(
             sa.select(1)
@@ -412,7 +415,7 @@ class MediaUsageWorkRepository:
             ]
             if observed.state == "leased":
                 still_observed.append(_lease_expired(w.lease_expires_at))
-            work_guard = sa.exists(sa.select(1).where(*still_observed))
+            work_guard: sa.ColumnElement[bool] = sa.exists(sa.select(1).where(*still_observed))
         else:
             work_guard = ~sa.exists(sa.select(1).where(row_of_entry))
         was_complete = _status.status == "complete"
@@ -740,7 +743,11 @@ class MediaUsageWorkRepository:
         if after is not None:
             if state == "leased":
                 key = sa.tuple_(w.lease_expires_at, w.collection_id, w.content_id)
-                position = (after.lease_expires_at, after.collection_id, after.content_id)
+                position: tuple[str | None, ...] = (
+                    after.lease_expires_at,
+                    after.collection_id,
+                    after.content_id,
+                )
             else:
                 key = sa.tuple_(w.next_attempt_at, w.updated_at, w.collection_id, w.content_id)
                 position = (
