@@ -37,6 +37,17 @@ if os.environ.get("CI"):
     settings.load_profile("ci")
 
 
+# The slow tier: whole pipelines with real worker and beat processes, chaos and benchmarks.
+SLOW_TIERS = ("acceptance", "chaos")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Everything under tests/acceptance and tests/chaos is the slow tier (``-m slow``)."""
+    for item in items:
+        if Path(item.path).parent.name in SLOW_TIERS:
+            item.add_marker(pytest.mark.slow)
+
+
 def _unavailable(reason: str) -> None:
     if os.environ.get("CI"):
         pytest.fail(f"CI requires this server: {reason}", pytrace=False)

@@ -59,11 +59,11 @@ def _drain_rate(engine: sa.Engine, count: int, start: int) -> float:
 
 
 # The storm's SQL is a failed claim per message; the forged-message acceptance test covers
-# that on both dialects. The full storm runs on PostgreSQL in CI and on SQLite with -m slow,
+# that on both dialects. The full storm runs on PostgreSQL in CI and on SQLite with -m on_demand,
 # which keeps the chaos suite near its five-minute budget.
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize(
-    "dialect", ["postgresql", pytest.param("sqlite", marks=pytest.mark.slow)], indirect=True
+    "dialect", ["postgresql", pytest.param("sqlite", marks=pytest.mark.on_demand)], indirect=True
 )
 def test_a_message_storm_changes_nothing_and_throughput_recovers(
     dialect: str, chaos_database, chaos_redis, fleet
