@@ -4,7 +4,6 @@ FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1
 WORKDIR /app
 COPY pyproject.toml README.md beat_schedule.py ./
-COPY domain ./domain
 COPY repository ./repository
 COPY tasks ./tasks
 COPY media_usage_worker ./media_usage_worker

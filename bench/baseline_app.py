@@ -8,8 +8,8 @@ import os
 import redis
 from celery import Celery
 
-from domain.policy import Limits
-from domain.snapshots import ContentEntry
+from media_usage_worker.domain.policy import Limits
+from media_usage_worker.domain.snapshots import ContentEntry
 from repository.refresh import refresh_entry
 from tasks.engines import get_engine
 

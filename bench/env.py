@@ -15,7 +15,7 @@ from pathlib import Path
 import redis
 import sqlalchemy as sa
 
-from domain.sample_content import COLLECTIONS, sample_entries
+from media_usage_worker.domain.sample_content import COLLECTIONS, sample_entries
 from repository.activation import activate
 from repository.db import create_engine
 from repository.migrate import upgrade

@@ -12,8 +12,8 @@ import os
 import procrastinate
 import sqlalchemy as sa
 
-from domain.policy import Limits
-from domain.snapshots import ContentEntry
+from media_usage_worker.domain.policy import Limits
+from media_usage_worker.domain.snapshots import ContentEntry
 from repository.refresh import refresh_entry
 from tasks.engines import get_engine
 

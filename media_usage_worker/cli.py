@@ -19,8 +19,8 @@ import click
 import sqlalchemy as sa
 from sqlalchemy.exc import SQLAlchemyError
 
-from domain.content_model import FieldDefinition
-from domain.errors import InvalidArgument, MediaUsageError
+from media_usage_worker.domain.content_model import FieldDefinition
+from media_usage_worker.domain.errors import InvalidArgument, MediaUsageError
 
 DEFAULT_DATABASE_URL = "sqlite:///media_usage.db"
 F = TypeVar("F", bound=Callable[..., Any])
@@ -181,7 +181,7 @@ def collections_create(
     database_url: str,
 ) -> None:
     """Create a collection, its ec_<slug> table and its status row."""
-    from domain.content_model import validate_collection_slug, validate_fields
+    from media_usage_worker.domain.content_model import validate_collection_slug, validate_fields
     from repository.collections import CollectionRegistry
 
     validate_collection_slug(slug)
@@ -233,7 +233,7 @@ def repair_command(slug: str, as_json: bool, database_url: str) -> None:
 
     Exits 1 when the result is not complete (a write raced the repair, or entries failed).
     """
-    from domain.content_model import validate_collection_slug
+    from media_usage_worker.domain.content_model import validate_collection_slug
     from repository.repair import repair_collection
 
     validate_collection_slug(slug)
@@ -294,7 +294,7 @@ def work_list(
     """List a collection's work, newest first (lease tokens are never shown)."""
     from dataclasses import asdict
 
-    from domain.cursor import decode_cursor
+    from media_usage_worker.domain.cursor import decode_cursor
     from repository.work import MediaUsageWorkRepository
 
     decode_cursor(cursor)  # reject a bad cursor before connecting
@@ -341,7 +341,7 @@ def work_retry(collection_id: str, content_id: str, as_json: bool, database_url:
     """Make an entry's work pending now (failed, retrying or abandoned work, or none at all)."""
     from dataclasses import asdict
 
-    from domain import validation
+    from media_usage_worker.domain import validation
 
     validation.identity(collection_id, content_id)
     from repository.work import MediaUsageWorkRepository
@@ -436,8 +436,8 @@ def usage_command(
     """Where a media item is used, with the coverage that says whether "nowhere" is known."""
     from dataclasses import asdict
 
-    from domain import validation
-    from domain.cursor import SLUG_ORDER, decode_cursor
+    from media_usage_worker.domain import validation
+    from media_usage_worker.domain.cursor import SLUG_ORDER, decode_cursor
     from repository.usage import usage_count, usage_page
 
     validation.identifier(media_id, "MEDIA_ID must be a non-empty id of at most 1024 characters.")

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from domain.content_model import COLLECTION_SLUG_PATTERN
-from domain.errors import MediaUsageError
+from media_usage_worker.domain.content_model import COLLECTION_SLUG_PATTERN
+from media_usage_worker.domain.errors import MediaUsageError
 from repository import schema, triggers
 from repository.clock import db_now
 from repository.content_tables import content_table_name

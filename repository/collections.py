@@ -14,13 +14,18 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError, ProgrammingError
 
-from domain.content_model import (
+from media_usage_worker.domain.content_model import (
     FieldDefinition,
     validate_collection_slug,
     validate_fields,
     validate_label,
 )
-from domain.errors import CollectionExists, CollectionNotFound, FieldExists, MediaUsageError
+from media_usage_worker.domain.errors import (
+    CollectionExists,
+    CollectionNotFound,
+    FieldExists,
+    MediaUsageError,
+)
 from repository import activation
 from repository.clock import db_now
 from repository.content_tables import add_field_column, content_table_name, create_content_table

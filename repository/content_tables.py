@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 import sqlalchemy as sa
 from sqlalchemy import Column, Index, Table, Text
 
-from domain.content_model import EMPTY_DEFAULT_BY_COLUMN_TYPE, FieldDefinition
+from media_usage_worker.domain.content_model import EMPTY_DEFAULT_BY_COLUMN_TYPE, FieldDefinition
 from repository.clock import db_legacy_now
 from repository.schema import revisions
 from repository.stored_text import StoredText

@@ -24,7 +24,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import URL, Engine, make_url
 from sqlalchemy.exc import ArgumentError
 
-from domain.errors import InvalidDatabaseURL
+from media_usage_worker.domain.errors import InvalidDatabaseURL
 from repository.stored_text import decode_text
 
 SQLITE_BUSY_TIMEOUT_SECONDS = 30

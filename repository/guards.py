@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from domain.errors import DowngradeRefused
+from media_usage_worker.domain.errors import DowngradeRefused
 from repository.schema import activation, collection_deletions, index_status, reconciliations, work
 
 

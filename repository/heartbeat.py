@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from domain.work import WorkRecord
+from media_usage_worker.domain.work import WorkRecord
 from repository.work import MediaUsageWorkRepository
 
 log = logging.getLogger(__name__)

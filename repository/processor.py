@@ -16,10 +16,10 @@ from typing import Any, Literal
 
 import sqlalchemy as sa
 
-from domain import policy
-from domain.snapshots import ContentEntry
-from domain.validation import is_usable_identifier
-from domain.work import WorkRecord
+from media_usage_worker.domain import policy
+from media_usage_worker.domain.snapshots import ContentEntry
+from media_usage_worker.domain.validation import is_usable_identifier
+from media_usage_worker.domain.work import WorkRecord
 from repository import coverage
 from repository.db import transaction
 from repository.heartbeat import keeper

@@ -17,7 +17,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from domain.snapshots import ContentEntry, Revision, Snapshot, source_key
+from media_usage_worker.domain.snapshots import ContentEntry, Revision, Snapshot, source_key
 from repository.clock import db_now
 from repository.content_tables import content_columns
 from repository.db import Bind, transaction

@@ -19,10 +19,10 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from domain import policy
-from domain import validation as check
-from domain.extraction import extraction_fields
-from domain.snapshots import DISPLAY_FIELDS
+from media_usage_worker.domain import policy
+from media_usage_worker.domain import validation as check
+from media_usage_worker.domain.extraction import extraction_fields
+from media_usage_worker.domain.snapshots import DISPLAY_FIELDS
 from repository.activation import is_activation_active
 from repository.clock import db_now, is_due, is_live_by_text
 from repository.collections import load_fields

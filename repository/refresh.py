@@ -12,10 +12,15 @@ from collections.abc import Sequence
 
 import sqlalchemy as sa
 
-from domain.errors import EntryTooLarge
-from domain.extraction import FieldDiscoveryError, extraction_fields
-from domain.policy import Limits
-from domain.snapshots import DISPLAY_FIELDS, ContentEntry, SnapshotSet, build_snapshots
+from media_usage_worker.domain.errors import EntryTooLarge
+from media_usage_worker.domain.extraction import FieldDiscoveryError, extraction_fields
+from media_usage_worker.domain.policy import Limits
+from media_usage_worker.domain.snapshots import (
+    DISPLAY_FIELDS,
+    ContentEntry,
+    SnapshotSet,
+    build_snapshots,
+)
 from repository import projection
 from repository.collections import load_fields
 from repository.db import Bind, transaction

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
-from domain.errors import CollectionNotFound, MediaUsageError
-from domain.policy import UNUSABLE_CONTENT_ID, Limits
-from domain.snapshots import ContentEntry
-from domain.validation import is_usable_identifier
+from media_usage_worker.domain.errors import CollectionNotFound, MediaUsageError
+from media_usage_worker.domain.policy import UNUSABLE_CONTENT_ID, Limits
+from media_usage_worker.domain.snapshots import ContentEntry
+from media_usage_worker.domain.validation import is_usable_identifier
 from repository.activation import is_activation_active
 from repository.clock import db_now
 from repository.collections import CollectionRegistry

@@ -9,7 +9,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from domain.sample_content import COLLECTIONS, SampleEntry
+from media_usage_worker.domain.sample_content import COLLECTIONS, SampleEntry
 from repository.collections import CollectionRegistry
 from repository.content_tables import content_columns
 from repository.db import Bind, transaction

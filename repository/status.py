@@ -7,8 +7,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from domain import coverage as coverage_rules
-from domain.timestamps import seconds_between
+from media_usage_worker.domain import coverage as coverage_rules
+from media_usage_worker.domain.timestamps import seconds_between
 from repository.clock import db_now, is_due
 from repository.db import read_transaction
 from repository.schema import (

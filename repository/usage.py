@@ -7,10 +7,10 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from domain import coverage as coverage_rules
-from domain import validation as check
-from domain.cursor import SLUG_ORDER, decode_cursor, encode_cursor
-from domain.errors import MediaUsageError
+from media_usage_worker.domain import coverage as coverage_rules
+from media_usage_worker.domain import validation as check
+from media_usage_worker.domain.cursor import SLUG_ORDER, decode_cursor, encode_cursor
+from media_usage_worker.domain.errors import MediaUsageError
 from repository.activation import is_activation_active
 from repository.db import read_transaction
 from repository.schema import (

@@ -11,10 +11,10 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from domain import validation as check
-from domain.cursor import decode_cursor, encode_cursor
-from domain.errors import InvalidArgument, MediaUsageError
-from domain.work import (
+from media_usage_worker.domain import validation as check
+from media_usage_worker.domain.cursor import decode_cursor, encode_cursor
+from media_usage_worker.domain.errors import InvalidArgument, MediaUsageError
+from media_usage_worker.domain.work import (
     OperatorRetryResult,
     OperatorWorkItem,
     Page,

@@ -19,8 +19,14 @@ from typing import Any
 from celery import bootsteps
 from celery.worker.consumer import Consumer
 
-from domain.errors import InvalidMessage
-from domain.messages import NO_ARGUMENTS, ArgumentCheck, TimeLimits, check_message, item_arguments
+from media_usage_worker.domain.errors import InvalidMessage
+from media_usage_worker.domain.messages import (
+    NO_ARGUMENTS,
+    ArgumentCheck,
+    TimeLimits,
+    check_message,
+    item_arguments,
+)
 
 log = logging.getLogger("media_usage.messages")
 

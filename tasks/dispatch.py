@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from kombu.exceptions import ChannelError
 
-from domain.work import WorkRecord
+from media_usage_worker.domain.work import WorkRecord
 from repository.work import MediaUsageWorkRepository
 from tasks import ledger, settings
 from tasks.app import app, broker_folder, queue_name

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import os
 
-from domain.errors import InvalidArgument
-from domain.policy import positive_setting
+from media_usage_worker.domain.errors import InvalidArgument
+from media_usage_worker.domain.policy import positive_setting
 
 DEFAULT_DATABASE_URL = "sqlite:///media_usage.db"
 LEASE_SECONDS = 60

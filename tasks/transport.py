@@ -16,8 +16,8 @@ from typing import Any
 
 from kombu.transport import redis
 
-from domain.errors import InvalidMessage
-from domain.messages import check_envelope
+from media_usage_worker.domain.errors import InvalidMessage
+from media_usage_worker.domain.messages import check_envelope
 from tasks.consumer import dropped, message_label
 
 log = logging.getLogger("media_usage.messages")

@@ -9,9 +9,9 @@ from typing import Any
 from celery import Task
 from celery.exceptions import SoftTimeLimitExceeded
 
-from domain.errors import InvalidArgument
-from domain.policy import Limits
-from domain.timestamps import seconds_between
+from media_usage_worker.domain.errors import InvalidArgument
+from media_usage_worker.domain.policy import Limits
+from media_usage_worker.domain.timestamps import seconds_between
 from repository import coverage
 from repository.activation import is_activation_active
 from repository.db import read_transaction

@@ -11,9 +11,9 @@ import json
 
 import sqlalchemy as sa
 
-from domain.extraction import extraction_fields
-from domain.snapshots import DISPLAY_FIELDS, Revision, build_snapshots
-from domain.validation import is_usable_identifier
+from media_usage_worker.domain.extraction import extraction_fields
+from media_usage_worker.domain.snapshots import DISPLAY_FIELDS, Revision, build_snapshots
+from media_usage_worker.domain.validation import is_usable_identifier
 from repository.collections import CollectionRegistry
 
 Row = tuple[str, str, str, str | None, str, str, str | None, str | None]

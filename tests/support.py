@@ -7,7 +7,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from domain.content_model import FieldDefinition
+from media_usage_worker.domain.content_model import FieldDefinition
 from repository.activation import activate
 from repository.clock import db_now
 from repository.collections import Collection, CollectionRegistry

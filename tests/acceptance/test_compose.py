@@ -21,7 +21,7 @@ import redis
 import sqlalchemy as sa
 import yaml
 
-from domain.sample_content import sample_entries
+from media_usage_worker.domain.sample_content import sample_entries
 from repository.activation import activate
 from repository.db import create_engine
 from repository.migrate import current_revision

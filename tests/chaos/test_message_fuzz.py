@@ -13,7 +13,7 @@ import redis
 import sqlalchemy as sa
 from kombu import Connection, Producer
 
-from domain.sample_content import sample_entries
+from media_usage_worker.domain.sample_content import sample_entries
 from repository.sample_content import write_entries
 from tests.acceptance.conftest import wait_for, work_rows
 from tests.chaos import audit

@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from celery import Celery
 from kombu.exceptions import ChannelError
 
-from domain.sample_content import sample_entries
+from media_usage_worker.domain.sample_content import sample_entries
 from repository.sample_content import write_entries
 from tests.acceptance.conftest import wait_for, work_rows
 from tests.chaos import audit

@@ -10,7 +10,7 @@ import time
 import sqlalchemy as sa
 from sqlalchemy.exc import DBAPIError
 
-from domain.sample_content import sample_entries
+from media_usage_worker.domain.sample_content import sample_entries
 from repository.db import create_engine
 from repository.sample_content import write_entries
 

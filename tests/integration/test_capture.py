@@ -8,7 +8,7 @@ import threading
 import pytest
 import sqlalchemy as sa
 
-from domain.content_model import FieldDefinition
+from media_usage_worker.domain.content_model import FieldDefinition
 from repository import triggers
 from repository.activation import activate
 from repository.collections import CollectionRegistry

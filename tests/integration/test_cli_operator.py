@@ -12,8 +12,8 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from domain.content_model import FieldDefinition
 from media_usage_worker.cli import main
+from media_usage_worker.domain.content_model import FieldDefinition
 from tests.support import active_collection, drain
 
 

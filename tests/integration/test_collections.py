@@ -7,8 +7,8 @@ import threading
 import pytest
 import sqlalchemy as sa
 
-from domain.content_model import FieldDefinition
-from domain.errors import CollectionExists, CollectionNotFound, FieldExists
+from media_usage_worker.domain.content_model import FieldDefinition
+from media_usage_worker.domain.errors import CollectionExists, CollectionNotFound, FieldExists
 from repository.collections import CollectionRegistry
 
 GALLERY = {"subFields": [{"slug": "image", "type": "image"}, {"slug": "caption", "type": "string"}]}

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from domain.content_model import FieldDefinition
-from domain.policy import RESOURCE_LIMIT
+from media_usage_worker.domain.content_model import FieldDefinition
+from media_usage_worker.domain.policy import RESOURCE_LIMIT
 from repository.activation import activate
 from repository.collections import CollectionRegistry
 from tests.support import get_work, status_row

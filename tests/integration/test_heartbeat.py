@@ -6,7 +6,7 @@ import threading
 
 import sqlalchemy as sa
 
-from domain.content_model import FieldDefinition
+from media_usage_worker.domain.content_model import FieldDefinition
 from repository.heartbeat import LeaseKeeper
 from repository.processor import Heartbeat, process_work_item
 from repository.refresh import refresh_entry

@@ -7,9 +7,9 @@ import json
 import pytest
 import sqlalchemy as sa
 
-from domain.content_model import FieldDefinition
-from domain.policy import Limits
-from domain.snapshots import ContentEntry
+from media_usage_worker.domain.content_model import FieldDefinition
+from media_usage_worker.domain.policy import Limits
+from media_usage_worker.domain.snapshots import ContentEntry
 from repository import projection
 from repository.collections import load_fields
 from repository.processor import process_work_item
@@ -161,8 +161,8 @@ def test_an_older_read_finishing_last_cannot_overwrite_the_newer_result(db, post
     entry = ContentEntry(posts.id, "posts", "e1")
     with db.connect() as conn:
         fields = load_fields(conn, posts.id)
-    from domain.extraction import extraction_fields
-    from domain.snapshots import build_snapshots
+    from media_usage_worker.domain.extraction import extraction_fields
+    from media_usage_worker.domain.snapshots import build_snapshots
 
     def read_snapshot():
         with db.begin() as conn:

@@ -216,7 +216,7 @@ def test_repair_racing_a_write_ends_stale_never_complete(db, posts) -> None:
 
 
 def test_repair_refuses_without_active_capture(db, posts) -> None:
-    from domain.errors import CollectionNotFound
+    from media_usage_worker.domain.errors import CollectionNotFound
     from repository.repair import RepairNotPossible, repair_collection
 
     with pytest.raises(RepairNotPossible):

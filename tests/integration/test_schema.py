@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 
-from domain.errors import DowngradeRefused
+from media_usage_worker.domain.errors import DowngradeRefused
 from repository.migrate import current_revision, downgrade, upgrade
 
 EXPECTED: dict[str, dict] = {

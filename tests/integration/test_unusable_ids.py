@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 
-from domain.errors import InvalidArgument
-from domain.policy import UNUSABLE_CONTENT_ID
-from domain.validation import is_usable_identifier
+from media_usage_worker.domain.errors import InvalidArgument
+from media_usage_worker.domain.policy import UNUSABLE_CONTENT_ID
+from media_usage_worker.domain.validation import is_usable_identifier
 from repository.activation import activate
 from repository.collections import CollectionRegistry
 from repository.reconciliation import Reconciler

@@ -8,7 +8,7 @@ import threading
 import pytest
 import sqlalchemy as sa
 
-from domain.work import WorkRecord
+from media_usage_worker.domain.work import WorkRecord
 from repository.collections import Collection
 from repository.work import MediaUsageWorkRepository
 from tests.support import (

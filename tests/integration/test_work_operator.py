@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 
-from domain.cursor import encode_cursor
+from media_usage_worker.domain.cursor import encode_cursor
 from repository.collections import Collection
 from repository.work import MediaUsageWorkRepository
 from tests.support import FUTURE, PAST, active_collection, get_work, insert_work, status_row

@@ -4,14 +4,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from domain.content_model import (
+from media_usage_worker.domain.content_model import (
     COLUMN_TYPE_BY_FIELD_TYPE,
     FieldDefinition,
     validate_collection_slug,
     validate_field_slug,
     validate_fields,
 )
-from domain.errors import InvalidArgument, InvalidSlug
+from media_usage_worker.domain.errors import InvalidArgument, InvalidSlug
 
 
 @pytest.mark.parametrize("slug", ["posts", "a", "blog_posts_2", "a" * 40])

@@ -2,7 +2,7 @@
 
 import pytest
 
-from domain.errors import InvalidDatabaseURL
+from media_usage_worker.domain.errors import InvalidDatabaseURL
 from repository.db import create_engine, parse_database_url
 
 

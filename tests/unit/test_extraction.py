@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from domain.content_model import FieldDefinition
-from domain.errors import EntryTooLarge
-from domain.extraction import (
+from media_usage_worker.domain.content_model import FieldDefinition
+from media_usage_worker.domain.errors import EntryTooLarge
+from media_usage_worker.domain.extraction import (
     ExtractionField,
     FieldDiscoveryError,
     extract,

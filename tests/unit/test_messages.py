@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from domain.errors import InvalidMessage
-from domain.messages import (
+from media_usage_worker.domain.errors import InvalidMessage
+from media_usage_worker.domain.messages import (
     MAX_BODY_BYTES,
     MIN_TIME_LIMIT_SECONDS,
     NO_ARGUMENTS,

@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from domain import coverage, policy
-from domain.errors import EntryTooLarge
-from domain.extraction import ExtractionField
-from domain.fingerprint import PROJECTION_PATTERN, canonical_json
-from domain.snapshots import (
+from media_usage_worker.domain import coverage, policy
+from media_usage_worker.domain.errors import EntryTooLarge
+from media_usage_worker.domain.extraction import ExtractionField
+from media_usage_worker.domain.fingerprint import PROJECTION_PATTERN, canonical_json
+from media_usage_worker.domain.snapshots import (
     DRAFT_REVISION_INVALID,
     DRAFT_REVISION_MISMATCH,
     DRAFT_REVISION_NOT_FOUND,

@@ -11,7 +11,7 @@ revision with explicit operations.
 import sqlalchemy as sa
 from alembic import op
 
-from domain.errors import DowngradeRefused
+from media_usage_worker.domain.errors import DowngradeRefused
 from repository.schema import CORE_TABLES, collections
 
 revision = "0001_core_content_registry"

@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from domain.errors import InvalidArgument, InvalidSlug
-from domain.validation import storable
+from media_usage_worker.domain.errors import InvalidArgument, InvalidSlug
+from media_usage_worker.domain.validation import storable
 
 # ec_<slug> plus emdash's longest index suffix stays near PostgreSQL's 63-byte identifier limit.
 COLLECTION_SLUG_PATTERN = re.compile(r"[a-z][a-z0-9_]{0,39}")

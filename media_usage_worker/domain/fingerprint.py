@@ -13,7 +13,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from domain.extraction import ExtractionField, Occurrence
+from media_usage_worker.domain.extraction import ExtractionField, Occurrence
 
 PROJECTION_PREFIX = "media-usage-projection:v1:sha256:"
 PROJECTION_PATTERN = re.compile(r"media-usage-projection:v1:sha256:[0-9a-f]{64}")

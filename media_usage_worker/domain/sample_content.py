@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from domain.content_model import FieldDefinition
+from media_usage_worker.domain.content_model import FieldDefinition
 
 _GALLERY = {"subFields": [{"slug": "image", "type": "image"}]}
 COLLECTIONS: dict[str, list[FieldDefinition]] = {

@@ -10,7 +10,7 @@ import re
 from collections.abc import Iterable
 from typing import TypeGuard
 
-from domain.errors import InvalidArgument
+from media_usage_worker.domain.errors import InvalidArgument
 
 MAX_PORTABLE_DURATION_SECONDS = 365 * 24 * 60 * 60
 MAX_WORK_SELECTION_LIMIT = 100

@@ -12,9 +12,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
-from domain.content_model import FieldDefinition
-from domain.errors import EntryTooLarge, MediaUsageError
-from domain.validation import storable
+from media_usage_worker.domain.content_model import FieldDefinition
+from media_usage_worker.domain.errors import EntryTooLarge, MediaUsageError
+from media_usage_worker.domain.validation import storable
 
 _URL_LIKE = re.compile(r"^(?:[a-z][a-z0-9+.\-]*:|//)", re.IGNORECASE)
 _MEDIA_FILE_PATH = "/_emdash/api/media/file/"

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from domain import validation
-from domain.errors import InvalidArgument, InvalidMessage
-from domain.validation import storable
+from media_usage_worker.domain import validation
+from media_usage_worker.domain.errors import InvalidArgument, InvalidMessage
+from media_usage_worker.domain.validation import storable
 
 JSON_CONTENT_TYPE = "application/json"
 UTF8_ENCODINGS = frozenset({"utf-8", "utf8"})

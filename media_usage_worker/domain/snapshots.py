@@ -11,10 +11,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from domain import fingerprint
-from domain.errors import EntryTooLarge
-from domain.extraction import ExtractionField, Occurrence, extract
-from domain.policy import Limits
+from media_usage_worker.domain import fingerprint
+from media_usage_worker.domain.errors import EntryTooLarge
+from media_usage_worker.domain.extraction import ExtractionField, Occurrence, extract
+from media_usage_worker.domain.policy import Limits
 
 SOURCE_TYPE = "content"
 VARIANTS = ("columns", "draft_overlay")

@@ -16,7 +16,7 @@ import json
 import re
 from dataclasses import dataclass
 
-from domain.errors import InvalidCursor
+from media_usage_worker.domain.errors import InvalidCursor
 
 # Room for an id of 1,024 characters written as JSON escapes (six bytes each), in base64.
 MAX_CURSOR_LENGTH = 16384

@@ -8,7 +8,7 @@ import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from domain.errors import InvalidArgument
+from media_usage_worker.domain.errors import InvalidArgument
 
 LEASE_SECONDS = 60
 MAX_ATTEMPTS = 5
