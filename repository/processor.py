@@ -18,7 +18,7 @@ import sqlalchemy as sa
 
 from media_usage_worker.domain import policy
 from media_usage_worker.domain.snapshots import ContentEntry
-from media_usage_worker.domain.validation import is_usable_identifier
+from media_usage_worker.domain.validation import split_usable
 from media_usage_worker.domain.work import WorkRecord
 from repository import coverage
 from repository.db import transaction
@@ -169,13 +169,10 @@ def fan_out_due_work(
             limit = min(DUE_PAGE, budget - seen)
             page = repo.find_due_page(state, limit, after)
             seen += len(page)
-            usable = []
-            for item in page:
-                if is_usable_identifier(item.content_id):
-                    usable.append(item)
-                else:
-                    unusable += 1
-                    settle_unusable_item(repo, item)
+            usable, unusable_items = split_usable(page, lambda item: item.content_id)
+            for item in unusable_items:
+                settle_unusable_item(repo, item)
+            unusable += len(unusable_items)
             sent += len(send(usable)) if usable else 0
             if len(page) < limit:
                 break

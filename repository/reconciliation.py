@@ -312,16 +312,15 @@ class Reconciler:
             with self.engine.begin() as conn:
                 ids = list(conn.execute(query.order_by(content.c.id).limit(PAGE)).scalars())
         if ids:
-            usable = [i for i in ids if check.is_usable_identifier(i)]
+            usable, unusable = check.split_usable(ids, lambda content_id: content_id)
             if usable:
                 self._enqueue(row, "scan", usable)
-            for content_id in ids:
-                if not check.is_usable_identifier(content_id):
-                    self.work.record_unusable_content(
-                        collection_id=row.collection_id, collection_slug=row.collection_slug,
-                        content_id=content_id, change_epoch=row.target_epoch,
-                        error_code=policy.UNUSABLE_CONTENT_ID,
-                    )  # fmt: skip
+            for content_id in unusable:
+                self.work.record_unusable_content(
+                    collection_id=row.collection_id, collection_slug=row.collection_slug,
+                    content_id=content_id, change_epoch=row.target_epoch,
+                    error_code=policy.UNUSABLE_CONTENT_ID,
+                )  # fmt: skip
             self._release(row, 0, scan_cursor=ids[-1])
             return StepReport(row.collection_slug, "scan", "enqueued", len(ids))
         barrier = self._work_barrier(row)

@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from media_usage_worker.domain.errors import CollectionNotFound, MediaUsageError
 from media_usage_worker.domain.policy import UNUSABLE_CONTENT_ID, Limits
 from media_usage_worker.domain.snapshots import ContentEntry
-from media_usage_worker.domain.validation import is_usable_identifier
+from media_usage_worker.domain.validation import split_usable
 from repository.activation import is_activation_active
 from repository.clock import db_now
 from repository.collections import CollectionRegistry
@@ -93,12 +93,12 @@ def repair_collection(
             ids = list(conn.execute(query).scalars())
         if not ids:
             break
-        for content_id in ids:
-            if not is_usable_identifier(content_id):
-                unusable.append(content_id)
-                failed += 1
-                first_error = first_error or UNUSABLE_CONTENT_ID
-                continue
+        usable, unusable_ids = split_usable(ids, lambda content_id: content_id)
+        if unusable_ids:
+            unusable += unusable_ids
+            failed += len(unusable_ids)
+            first_error = first_error or UNUSABLE_CONTENT_ID
+        for content_id in usable:
             code = refresh_entry(engine, ContentEntry(collection.id, slug, content_id), limits)
             if code is None:
                 indexed += 1

@@ -22,20 +22,12 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import ColumnElement
 
+from media_usage_worker.domain.validation import encodes_as_utf8
+
 
 def decode_text(raw: bytes) -> str:
     """pysqlite's ``text_factory``: strict UTF-8 where it is valid, escaped bytes where not."""
     return raw.decode("utf-8", "surrogateescape")
-
-
-def is_encodable(value: str) -> bool:
-    if value.isascii():
-        return True
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 class _AsStoredText(ColumnElement[str]):
@@ -68,6 +60,6 @@ class StoredText(sa.types.TypeDecorator[str]):
         return _AsStoredText(bindvalue)
 
     def process_bind_param(self, value: Any, dialect: sa.Dialect) -> Any:
-        if dialect.name == "sqlite" and isinstance(value, str) and not is_encodable(value):
+        if dialect.name == "sqlite" and isinstance(value, str) and not encodes_as_utf8(value):
             return value.encode("utf-8", "surrogateescape")
         return value

@@ -58,6 +58,7 @@ def broker_transport() -> str | None:
 
 
 app = Celery("media_usage", include=["tasks.work", "tasks.reconcile"])
+_hard_limit, _soft_limit = settings.time_limits()
 app.conf.update(
     broker_url=broker_url(),
     broker_transport=broker_transport(),
@@ -76,8 +77,8 @@ app.conf.update(
     task_acks_late=True,
     task_reject_on_worker_lost=True,
     worker_prefetch_multiplier=1,
-    task_time_limit=settings.time_limits()[0],
-    task_soft_time_limit=settings.time_limits()[1],
+    task_time_limit=_hard_limit,
+    task_soft_time_limit=_soft_limit,
     worker_max_memory_per_child=settings.max_memory_per_child_kib(),
     worker_send_task_events=True,
     task_send_sent_event=True,

@@ -13,8 +13,9 @@ from tasks import settings
 
 log = logging.getLogger(__name__)
 _engines: dict[str, sa.Engine] = {}
-_migrated: set[str] = set()
-_reported: dict[str, str] = {}
+# Per engine (one per URL per process, new after a fork): checked until the schema is there.
+_migrated: set[sa.Engine] = set()
+_reported: dict[sa.Engine, str] = {}
 _lock = threading.Lock()
 
 
@@ -38,15 +39,14 @@ def migrated_engine() -> sa.Engine | None:
     as soon as the schema is there.
     """
     engine = get_engine()
-    url = str(engine.url)
-    if url in _migrated:
+    if engine in _migrated:
         return engine
     problem = schema_problem(engine)
     if problem is None:
-        _migrated.add(url)
+        _migrated.add(engine)
         return engine
-    if _reported.get(url) != problem:
-        _reported[url] = problem
+    if _reported.get(engine) != problem:
+        _reported[engine] = problem
         log.warning("media usage is waiting: %s", problem)
     return None
 
@@ -57,3 +57,5 @@ def dispose_all() -> None:
         for engine in _engines.values():
             engine.dispose(close=False)
         _engines.clear()
+        _migrated.clear()
+        _reported.clear()

@@ -7,8 +7,8 @@ types are checked as strictly as values: ``True`` is not a version and ``1.0`` i
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
-from typing import TypeGuard
+from collections.abc import Callable, Iterable
+from typing import TypeGuard, TypeVar
 
 from media_usage_worker.domain.errors import InvalidArgument
 
@@ -24,6 +24,8 @@ MAX_BIGINT = 2**63 - 1
 WORK_STATES = ("pending", "retry", "leased", "failed")
 RECONCILIATION_PHASES = ("scan", "sources")
 
+T = TypeVar("T")
+
 _POSITIVE_DECIMAL = re.compile(r"[1-9][0-9]*")
 _NON_NEGATIVE_DECIMAL = re.compile(r"0|[1-9][0-9]*")
 _ERROR_CODE = re.compile(r"[A-Z][A-Z0-9_]{0,63}")
@@ -33,15 +35,20 @@ def _is_whole(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def storable(value: str) -> bool:
-    """Text a database can hold: no NUL (PostgreSQL) and valid UTF-8 (no lone surrogates)."""
-    if "\x00" in value:
-        return False
+def encodes_as_utf8(value: str) -> bool:
+    """False for text with lone surrogates (what a SQLite value that is not UTF-8 reads as)."""
+    if value.isascii():
+        return True
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
         return False
     return True
+
+
+def storable(value: str) -> bool:
+    """Text a database can hold: no NUL (PostgreSQL) and valid UTF-8 (no lone surrogates)."""
+    return "\x00" not in value and encodes_as_utf8(value)
 
 
 def is_usable_identifier(value: object) -> TypeGuard[str]:
@@ -52,6 +59,15 @@ def is_usable_identifier(value: object) -> TypeGuard[str]:
     half-way through a statement or a message.
     """
     return isinstance(value, str) and 0 < len(value) <= MAX_IDENTIFIER_LENGTH and storable(value)
+
+
+def split_usable(items: Iterable[T], content_id: Callable[[T], object]) -> tuple[list[T], list[T]]:
+    """``items`` whose content id is usable, and those whose id is not, in their order."""
+    usable: list[T] = []
+    unusable: list[T] = []
+    for item in items:
+        (usable if is_usable_identifier(content_id(item)) else unusable).append(item)
+    return usable, unusable
 
 
 def identifier(value: object, message: str) -> str:
