@@ -10,7 +10,7 @@ from celery import Celery
 
 from media_usage_worker.domain.policy import Limits
 from media_usage_worker.domain.snapshots import ContentEntry
-from repository.refresh import refresh_entry
+from media_usage_worker.pipeline.refresh import refresh_entry
 from tasks.engines import get_engine
 
 QUEUE = "bench_baseline"

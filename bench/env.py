@@ -16,10 +16,10 @@ import redis
 import sqlalchemy as sa
 
 from media_usage_worker.domain.sample_content import COLLECTIONS, sample_entries
+from media_usage_worker.pipeline.repair import repair_collection
 from repository.activation import activate
 from repository.db import create_engine
 from repository.migrate import upgrade
-from repository.repair import repair_collection
 from repository.sample_content import create_sample_collections, write_entries
 from tests.servers import PostgresServer, RedisServer
 

@@ -234,7 +234,7 @@ def repair_command(slug: str, as_json: bool, database_url: str) -> None:
     Exits 1 when the result is not complete (a write raced the repair, or entries failed).
     """
     from media_usage_worker.domain.content_model import validate_collection_slug
-    from repository.repair import repair_collection
+    from media_usage_worker.pipeline.repair import repair_collection
 
     validate_collection_slug(slug)
     bar = click.progressbar(length=1, label=f"repairing {slug}", file=sys.stderr)

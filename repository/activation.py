@@ -10,17 +10,12 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 from media_usage_worker.domain.content_model import COLLECTION_SLUG_PATTERN
-from media_usage_worker.domain.errors import MediaUsageError
+from media_usage_worker.domain.errors import ActivationError
 from repository import schema, triggers
 from repository.clock import db_now
 from repository.content_tables import content_table_name
-from repository.identity import status_row
+from repository.predicates import status_row
 from repository.upsert import insert_factory
-
-
-class ActivationError(MediaUsageError):
-    """Incremental capture could not be activated; nothing was changed."""
-
 
 _status = schema.index_status.c
 _activation = schema.activation.c

@@ -2,7 +2,7 @@
 
 Every lease, due time and timestamp of the subsystem is text like ``2025-03-04T05:06:07.089Z``
 computed by the database, never by Python, so workers on machines with skewed clocks agree.
-These constructs compile to the same SQL emdash 0.34.0 uses on each dialect (facts sheet §0.3):
+These constructs compile to the same SQL emdash 0.34.0 uses on each dialect (docs/design.md §7):
 writes use the wall clock (``clock_timestamp()``), due checks compare text with the statement
 start, and work-lease liveness on PostgreSQL compares as ``timestamptz``.
 """

@@ -10,6 +10,7 @@ import builtins
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError, ProgrammingError
@@ -29,8 +30,9 @@ from media_usage_worker.domain.errors import (
 from repository import activation
 from repository.clock import db_now
 from repository.content_tables import add_field_column, content_table_name, create_content_table
-from repository.db import read_transaction
+from repository.db import Bind, read_transaction, transaction
 from repository.ids import new_ulid
+from repository.predicates import registered
 from repository.schema import (
     ADAPTER_ID,
     SCOPE_TYPE,
@@ -185,20 +187,23 @@ def load_fields(conn: sa.Connection, collection_id: str) -> list[FieldDefinition
             label=row.label,
             type=row.type,
             required=bool(row.required),
-            validation=_parse_validation(row.validation),
+            validation=validation,
+            validation_unreadable=validation is None and row.validation is not None,
         )
         for row in rows
+        for validation in [_parse_validation(row.validation)]
     ]
 
 
-def _parse_validation(raw: str | None) -> dict | None:
+def _parse_validation(raw: str | None) -> dict[str, Any] | None:
+    """The stored validation object; ``None`` when absent or not a JSON object."""
     if raw is None:
         return None
     try:
         value = json.loads(raw)
     except ValueError:
-        return {"__invalid__": raw}
-    return value if isinstance(value, dict) else {"__invalid__": raw}
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def _field_row(collection_id: str, definition: FieldDefinition, position: int) -> sa.Insert:
@@ -246,3 +251,9 @@ def _invalidate_coverage_for_schema_change(conn: sa.Connection, collection: Coll
             f"Collection {collection.slug!r} has no active capture status row; schema change "
             "aborted so coverage cannot silently stay complete."
         )
+
+
+def is_registered(bind: Bind, collection_id: str, slug: str) -> bool:
+    """The collection still exists with exactly this id and slug."""
+    with transaction(bind) as conn:
+        return bool(conn.execute(sa.select(registered(collection_id, slug))).scalar_one())

@@ -1,4 +1,4 @@
-"""Per-collection ``ec_<slug>`` content tables, shaped as emdash 0.34.0 creates them (facts §1.5).
+"""Per-collection ``ec_<slug>`` content tables, shaped as emdash 0.34.0 creates them (design §1).
 
 Slugs reach this module already validated by ``domain.content_model``; names are still built
 only from those validated slugs, never from anything else.

@@ -1,4 +1,4 @@
-"""Coverage status transitions driven by incremental work (facts sheet §10)."""
+"""Coverage status transitions driven by incremental work (docs/design.md §5)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import sqlalchemy as sa
 
 from repository.clock import db_now
 from repository.db import Bind, transaction
-from repository.identity import registered, status_row
+from repository.predicates import registered, status_row
 from repository.schema import (
     ADAPTER_ID,
     SCOPE_TYPE,

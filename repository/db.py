@@ -181,7 +181,3 @@ def read_transaction(bind: Bind) -> Iterator[sa.Connection]:
             yield bind
     finally:
         bind.execution_options(**{_READ_ONLY: False})
-
-
-def is_postgres(engine_or_connection: Engine | sa.Connection) -> bool:
-    return engine_or_connection.dialect.name == "postgresql"

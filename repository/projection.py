@@ -1,4 +1,4 @@
-"""The index slice of one entry: its source rows and their occurrence generations (facts §9).
+"""The index slice of one entry: its sources and their occurrence generations (design §10).
 
 A refresh writes a whole new generation of occurrences and promotes it with one guarded
 statement that holds only while (a) the source row is still what the processor observed and
@@ -12,17 +12,22 @@ occurrences are deleted in the promoting transaction, so the index never accumul
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
 
+from media_usage_worker.domain.content_model import FieldDefinition
+from media_usage_worker.domain.errors import PromotionLost
 from media_usage_worker.domain.snapshots import ContentEntry, Revision, Snapshot, source_key
+from media_usage_worker.domain.work import Lease
 from repository.clock import db_now
+from repository.collections import load_fields
 from repository.content_tables import content_columns
 from repository.db import Bind, transaction
-from repository.identity import registered
 from repository.ids import new_ulid
+from repository.predicates import lease_held, registered
 from repository.schema import collections, occurrences, revisions, sources
 from repository.upsert import insert_factory
 
@@ -46,10 +51,6 @@ SYSTEM_COLUMNS = (
     "translation_group",
 )  # fmt: skip
 REVISION_COLUMN = {"columns": "live_revision_id", "draft_overlay": "draft_revision_id"}
-
-
-class PromotionLost(Exception):
-    """The guarded promote matched no row: roll the generation back."""
 
 
 def load_entry(
@@ -97,6 +98,39 @@ def load_entry(
     return values, revision
 
 
+@dataclass(frozen=True)
+class EntryState:
+    """What one refresh reads in one transaction: the entry, its draft, fields and sources."""
+
+    fields: list[FieldDefinition]
+    row: dict[str, Any] | None  # None: the entry is gone
+    revision: Revision | None
+    observed: dict[str, dict[str, Any]]  # the entry's source rows by variant
+    collection_present: bool
+
+
+def read_entry_state(
+    bind: Bind, entry: ContentEntry, columns_for: Callable[[list[FieldDefinition]], list[str]]
+) -> EntryState:
+    """One consistent read of what a refresh needs; ``columns_for`` names the content columns
+    to read from the collection's fields."""
+    with transaction(bind) as conn:
+        observed = observed_sources(conn, entry)
+        fields = load_fields(conn, entry.collection_id)
+        row, revision = load_entry(
+            conn,
+            entry,
+            columns_for(fields),
+            as_text={f.slug for f in fields if f.column_type == "JSON"},
+        )
+        present = row is not None or bool(
+            conn.execute(
+                sa.select(registered(entry.collection_id, entry.collection_slug))
+            ).scalar_one()
+        )
+    return EntryState(fields, row, revision, observed, present)
+
+
 def observed_sources(conn: sa.Connection, entry: ContentEntry) -> dict[str, dict[str, Any]]:
     """The entry's canonical source rows by variant."""
     keys = [source_key(entry.collection_id, entry.content_id, v) for v in REVISION_COLUMN]
@@ -139,26 +173,34 @@ def is_unchanged(snapshot: Snapshot, observed: Mapping[str, Any] | None) -> bool
     )
 
 
-def still_unchanged(conn: sa.Connection, snapshot: Snapshot, observed: Mapping[str, Any]) -> bool:
+def still_unchanged(bind: Bind, snapshot: Snapshot, observed: Mapping[str, Any]) -> bool:
+    """The unchanged source is still exactly as observed, in a registered collection."""
     source = snapshot.source
-    return (
-        conn.execute(
+    with transaction(bind) as conn:
+        found = conn.execute(
             sa.select(1).where(
                 *_matches(observed),
                 registered(source["collection_id"], source["collection_slug"]),
             )
         ).first()
-        is not None
-    )
+    return found is not None
+
+
+def _fence(lease: Lease | None) -> list[sa.ColumnElement[bool]]:
+    return [] if lease is None else [lease_held(lease)]
 
 
 def replace_source_if_matching(
     bind: Bind,
     snapshot: Snapshot,
     observed: Mapping[str, Any] | None,
-    fence: Sequence[sa.ColumnElement[bool]] = (),
+    lease: Lease | None = None,
 ) -> bool:
-    """Write ``snapshot`` as a new generation; ``False`` when a guard no longer holds."""
+    """Write ``snapshot`` as a new generation; ``False`` when a guard no longer holds.
+
+    With ``lease`` the write also needs that work lease to still hold its row, so a processor
+    that lost its lease mid-refresh writes nothing.
+    """
     source = snapshot.source
     generation = new_ulid()
     try:
@@ -209,7 +251,7 @@ def replace_source_if_matching(
             guards = [
                 registered(source["collection_id"], source["collection_slug"]),
                 _content_unchanged(snapshot),
-                *fence,
+                *_fence(lease),
             ]
             if observed is None:
                 promoted = _insert_source(conn, values, guards)
@@ -255,11 +297,11 @@ def delete_source_if_matching(
     observed: Mapping[str, Any],
     *,
     content_absent: bool,
-    fence: Sequence[sa.ColumnElement[bool]] = (),
+    lease: Lease | None = None,
 ) -> bool:
     """Remove a vanished source (and its occurrences) if it is still as observed."""
     guards = [
-        *fence,
+        *_fence(lease),
         *_matches(observed),
         registered(observed["collection_id"], observed["collection_slug"]),
     ]

@@ -1,4 +1,4 @@
-"""SQLAlchemy Core tables, column for column the emdash 0.34.0 shape (facts sheet §1-§2).
+"""SQLAlchemy Core tables, column for column the emdash 0.34.0 shape (docs/design.md §1).
 
 Names matter here: table, column, constraint and index names are emdash's, so a database this
 project migrates can be opened by emdash and vice versa. The metadata deliberately has no naming
@@ -22,7 +22,6 @@ metadata = sa.MetaData()
 ADAPTER_ID = "content-media"
 SCOPE_TYPE = "collection"
 CAPTURE_TASK_KEY = "incremental_capture"
-CLEANUP_TASK_KEY = "projection_gc"
 
 
 def _legacy_now(name: str, nullable: bool = True) -> Column:
@@ -37,7 +36,7 @@ def _zero(name: str) -> Column:
     return Column(name, Integer, nullable=False, server_default=sa.text("0"))
 
 
-# --- core content registry (facts §1) ------------------------------------------------------
+# --- core content registry (design §1) ------------------------------------------------------
 
 collections = Table(
     "_emdash_collections",
@@ -138,7 +137,7 @@ media = Table(
 
 CORE_TABLES = (collections, fields, revisions, media)
 
-# --- media usage (facts §2) ----------------------------------------------------------------
+# --- media usage (design §1) ----------------------------------------------------------------
 
 sources = Table(
     "_emdash_media_usage_sources",

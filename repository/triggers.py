@@ -1,4 +1,4 @@
-"""Capture triggers on ``ec_<slug>`` tables (facts sheet §4.2), for SQLite and PostgreSQL.
+"""Capture triggers on ``ec_<slug>`` tables (docs/design.md §2), for SQLite and PostgreSQL.
 
 Each insert, update or delete of a content row, in the writer's own transaction: bumps the
 collection's ``change_epoch`` (``complete`` becomes ``stale``), aborts the write with
@@ -17,6 +17,7 @@ import re
 
 import sqlalchemy as sa
 
+from media_usage_worker.domain.errors import UnsafeIdentity
 from repository.content_tables import content_table_name
 
 CAPTURE_TRIGGER_VERSION = 1
@@ -28,10 +29,6 @@ INACTIVE_MESSAGE = "media usage capture inactive"
 _SAFE_ID = re.compile(r"[0-9A-Za-z_-]{1,64}")
 _SAFE_SLUG = re.compile(r"[a-z][a-z0-9_]{0,62}")
 _SQLITE_NOW = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
-
-
-class UnsafeIdentity(ValueError):
-    """A collection identity that cannot be baked into trigger SQL."""
 
 
 def trigger_names(collection_id: str, slug: str) -> dict[str, str]:

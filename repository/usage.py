@@ -1,4 +1,4 @@
-"""The read side (facts sheet §17): where is a media item used, and can we trust "nowhere"?"""
+"""The read side (docs/design.md §11): where is a media item used, and can we trust "nowhere"?"""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from media_usage_worker.domain import coverage as coverage_rules
 from media_usage_worker.domain import validation as check
 from media_usage_worker.domain.cursor import SLUG_ORDER, decode_cursor, encode_cursor
-from media_usage_worker.domain.errors import MediaUsageError
+from media_usage_worker.domain.errors import MediaNotFound
 from repository.activation import is_activation_active
 from repository.db import read_transaction
 from repository.schema import (
@@ -27,10 +27,6 @@ s = sources.c
 u = occurrences.c
 c = collections.c
 VARIANTS = ("columns", "draft_overlay")
-
-
-class MediaNotFound(MediaUsageError):
-    """No media item has this id."""
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from typing import Any
 
 from celery import Task
 
-from repository.reconciliation import Reconciler
+from media_usage_worker.pipeline.reconciliation import Reconciler
 from tasks import settings
 from tasks.app import app
 from tasks.engines import migrated_engine

@@ -12,10 +12,11 @@ from celery.exceptions import SoftTimeLimitExceeded
 from media_usage_worker.domain.errors import InvalidArgument
 from media_usage_worker.domain.policy import Limits
 from media_usage_worker.domain.timestamps import seconds_between
+from media_usage_worker.pipeline.fan_out import fan_out_due_work
+from media_usage_worker.pipeline.process import Heartbeat, process_work_item
 from repository import coverage
 from repository.activation import is_activation_active
 from repository.db import read_transaction
-from repository.processor import Heartbeat, fan_out_due_work, process_work_item
 from repository.work import MediaUsageWorkRepository
 from tasks import dispatch, settings
 from tasks.app import app

@@ -136,7 +136,8 @@ def db_time(engine: sa.Engine) -> str:
 
 def drain(engine: sa.Engine, limits=None, max_rounds: int = 100) -> list:
     """Process due work until none is due (the tick and worker, without Celery)."""
-    from repository.processor import fan_out_due_work, process_work_item
+    from media_usage_worker.pipeline.fan_out import fan_out_due_work
+    from media_usage_worker.pipeline.process import process_work_item
     from repository.work import MediaUsageWorkRepository
 
     repo = MediaUsageWorkRepository(engine)

@@ -40,7 +40,7 @@ STANDARD_CONTENT_COLUMNS = (
 )
 RESERVED_FIELD_SLUGS = frozenset(STANDARD_CONTENT_COLUMNS) | {"terms", "bylines", "byline"}
 
-# emdash's FIELD_TYPE_TO_COLUMN (facts §1.5).
+# emdash's FIELD_TYPE_TO_COLUMN (docs/design.md §1).
 COLUMN_TYPE_BY_FIELD_TYPE: Mapping[str, str] = {
     **dict.fromkeys(
         ("string", "text", "slug", "url", "select", "datetime", "reference", "image", "file"),
@@ -96,6 +96,8 @@ class FieldDefinition:
     type: str
     required: bool = False
     validation: Mapping[str, Any] | None = field(default=None, hash=False, compare=True)
+    # The stored validation text is not a JSON object: a repeater's sub-fields are then unknown.
+    validation_unreadable: bool = False
 
     @property
     def column_type(self) -> str:

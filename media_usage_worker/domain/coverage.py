@@ -1,4 +1,4 @@
-"""Coverage aggregation (facts sheet §17.1): only ``complete`` may answer "used nowhere"."""
+"""Coverage aggregation (docs/design.md §5, §11): only ``complete`` may answer "used nowhere"."""
 
 from __future__ import annotations
 

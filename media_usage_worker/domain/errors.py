@@ -1,11 +1,15 @@
 """The project's exception tree.
 
-Each class's docstring is its default message, so ``raise CaptureInactive()`` says enough.
+Each class's docstring is its default message, so ``raise RepairNotPossible()`` says enough.
+Every exception the project raises on purpose is here, so the CLI catches them all as
+``MediaUsageError``.
 Every bad-argument error is also a ``ValueError`` so callers that only know the standard
 library can still catch it.
 """
 
 from __future__ import annotations
+
+from media_usage_worker.domain.vocabulary import RefreshCode
 
 
 class MediaUsageError(Exception):
@@ -55,5 +59,27 @@ class EntryTooLarge(MediaUsageError):
     """The entry exceeds this worker's per-item limits; it is not indexed (resource limit)."""
 
 
-class CaptureInactive(MediaUsageError):
-    """media usage capture inactive"""
+class UnsafeIdentity(InvalidArgument):
+    """A collection identity that cannot be baked into trigger SQL."""
+
+
+class ActivationError(MediaUsageError):
+    """Incremental capture could not be activated; nothing was changed."""
+
+
+class RepairNotPossible(MediaUsageError):
+    """Repair needs active capture on a registered collection with no run in progress."""
+
+
+class MediaNotFound(MediaUsageError):
+    """No media item has this id."""
+
+
+class FieldDiscoveryError(MediaUsageError):
+    """A repeater's validation JSON cannot be read (INVALID_REPEATER_VALIDATION)."""
+
+    code = RefreshCode.INVALID_REPEATER_VALIDATION
+
+
+class PromotionLost(MediaUsageError):
+    """The guarded promote of a new generation matched no row: the write is rolled back."""

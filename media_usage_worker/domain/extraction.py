@@ -1,4 +1,4 @@
-"""Media reference extraction (facts sheet §5): pure functions over field definitions and data.
+"""Media reference extraction (docs/design.md §10): pure functions over field definitions and data.
 
 Given an entry's field values, list every media reference it holds, with emdash's field paths,
 id rules, provider and mime normalisation, and de-duplication. Nothing here raises on odd data:
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, TypeGuard
 
 from media_usage_worker.domain.content_model import FieldDefinition
-from media_usage_worker.domain.errors import EntryTooLarge, MediaUsageError
+from media_usage_worker.domain.errors import EntryTooLarge, FieldDiscoveryError
 from media_usage_worker.domain.validation import storable
 
 _URL_LIKE = re.compile(r"^(?:[a-z][a-z0-9+.\-]*:|//)", re.IGNORECASE)
@@ -37,12 +37,6 @@ _ARCHIVE_MIMES = frozenset(
         "application/vnd.rar",
     }
 )
-
-
-class FieldDiscoveryError(MediaUsageError):
-    """A repeater's validation JSON cannot be read (INVALID_REPEATER_VALIDATION)."""
-
-    code = "INVALID_REPEATER_VALIDATION"
 
 
 @dataclass(frozen=True)
@@ -103,10 +97,12 @@ def extraction_fields(fields: Iterable[FieldDefinition]) -> list[ExtractionField
 
 def _image_sub_fields(definition: FieldDefinition) -> tuple[str, ...]:
     validation = definition.validation
+    if definition.validation_unreadable or (
+        validation is not None and not isinstance(validation, Mapping)
+    ):
+        raise FieldDiscoveryError(f"Repeater {definition.slug!r} has invalid validation JSON.")
     if validation is None:
         return ()
-    if not isinstance(validation, Mapping) or "__invalid__" in validation:
-        raise FieldDiscoveryError(f"Repeater {definition.slug!r} has invalid validation JSON.")
     sub_fields = validation.get("subFields")
     if not isinstance(sub_fields, list):
         return ()

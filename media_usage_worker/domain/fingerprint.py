@@ -1,4 +1,4 @@
-"""Projection fingerprints (facts sheet §3.2): canonical JSON, SHA-256, fixed prefix.
+"""Projection fingerprints (docs/design.md §10): canonical JSON, SHA-256, fixed prefix.
 
 Two projections with the same fingerprint index the same things, so an unchanged entry is a
 no-op that keeps its generation.

@@ -1,4 +1,4 @@
-"""Processing policy of one work item (facts sheet §7.2): error codes, retries, limits."""
+"""Processing policy of one work item (docs/design.md §3): error codes, retries, limits."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from media_usage_worker.domain.errors import InvalidArgument
+from media_usage_worker.domain.vocabulary import ErrorCode, RefreshCode
 
 LEASE_SECONDS = 60
 MAX_ATTEMPTS = 5
@@ -16,28 +17,18 @@ RETRY_BASE_SECONDS = 30
 RETRY_MAX_SECONDS = 900
 RETRY_JITTER_RATIO = 0.25
 
-SNAPSHOT_FAILED = "MEDIA_USAGE_SNAPSHOT_FAILED"
-GENERATION_CONFLICT = "MEDIA_USAGE_GENERATION_CONFLICT"
-RESOURCE_LIMIT = "MEDIA_USAGE_RESOURCE_LIMIT"
-PROCESSING_FAILED = "MEDIA_USAGE_PROCESSING_FAILED"
-# This project's own code: the item ran past the worker's soft time limit.
-TIME_LIMIT = "MEDIA_USAGE_TIME_LIMIT"
-# This project's own code: the entry's id is one the database holds but this project cannot use
-# (empty, longer than 1,024 characters, NUL, or not UTF-8): it is never indexed.
-UNUSABLE_CONTENT_ID = "MEDIA_USAGE_UNUSABLE_CONTENT_ID"
-
-# Refresh results (content-refresh codes) → the stable code stored on the work row.
-WORK_CODE_BY_REFRESH_CODE: Mapping[str, str] = {
-    "DRAFT_REVISION_NOT_FOUND": SNAPSHOT_FAILED,
-    "DRAFT_REVISION_MISMATCH": SNAPSHOT_FAILED,
-    "DRAFT_REVISION_INVALID": SNAPSHOT_FAILED,
-    "CONTENT_USAGE_GENERATION_CONFLICT": GENERATION_CONFLICT,
-    "CONTENT_USAGE_RESOURCE_LIMIT": RESOURCE_LIMIT,
+# Refresh results → the stable code stored on the work row.
+WORK_CODE_BY_REFRESH_CODE: Mapping[RefreshCode, ErrorCode] = {
+    RefreshCode.DRAFT_REVISION_NOT_FOUND: ErrorCode.SNAPSHOT_FAILED,
+    RefreshCode.DRAFT_REVISION_MISMATCH: ErrorCode.SNAPSHOT_FAILED,
+    RefreshCode.DRAFT_REVISION_INVALID: ErrorCode.SNAPSHOT_FAILED,
+    RefreshCode.GENERATION_CONFLICT: ErrorCode.GENERATION_CONFLICT,
+    RefreshCode.RESOURCE_LIMIT: ErrorCode.RESOURCE_LIMIT,
 }
 
 
-def work_error_code(refresh_code: str) -> str:
-    return WORK_CODE_BY_REFRESH_CODE.get(refresh_code, PROCESSING_FAILED)
+def work_error_code(refresh_code: RefreshCode) -> ErrorCode:
+    return WORK_CODE_BY_REFRESH_CODE.get(refresh_code, ErrorCode.PROCESSING_FAILED)
 
 
 def retry_delay_seconds(attempt_count: int, rand: Callable[[], float] = random.random) -> int:
@@ -47,9 +38,9 @@ def retry_delay_seconds(attempt_count: int, rand: Callable[[], float] = random.r
     return min(RETRY_MAX_SECONDS, exponential + jitter)
 
 
-def is_terminal(work_code: str, attempt_count: int) -> bool:
+def is_terminal(work_code: ErrorCode, attempt_count: int) -> bool:
     """Fail for good on a resource limit, or when this failure is the fifth attempt."""
-    return work_code == RESOURCE_LIMIT or attempt_count + 1 >= MAX_ATTEMPTS
+    return work_code == ErrorCode.RESOURCE_LIMIT or attempt_count + 1 >= MAX_ATTEMPTS
 
 
 @dataclass(frozen=True)

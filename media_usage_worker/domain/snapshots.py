@@ -1,4 +1,4 @@
-"""Content snapshots (facts sheet §6): what one entry's sources should look like right now.
+"""Content snapshots (docs/design.md §10): what one entry's sources should look like right now.
 
 Pure: the repository loads the content row (and draft revision) and hands them over; this module
 decides the ``columns`` and ``draft_overlay`` projections, their metadata and fingerprints.
@@ -6,25 +6,29 @@ decides the ``columns`` and ``draft_overlay`` projections, their metadata and fi
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from media_usage_worker.domain import fingerprint
+from media_usage_worker.domain.content_model import FieldDefinition
 from media_usage_worker.domain.errors import EntryTooLarge
-from media_usage_worker.domain.extraction import ExtractionField, Occurrence, extract
+from media_usage_worker.domain.extraction import (
+    ExtractionField,
+    Occurrence,
+    extract,
+    extraction_fields,
+)
 from media_usage_worker.domain.policy import Limits
+from media_usage_worker.domain.vocabulary import RefreshCode
 
 SOURCE_TYPE = "content"
 VARIANTS = ("columns", "draft_overlay")
 DISPLAY_FIELDS = ("title", "name")
 SCHEMA_VERSION = 1
 IDENTITY_VERSION = 1
-
-DRAFT_REVISION_NOT_FOUND = "DRAFT_REVISION_NOT_FOUND"
-DRAFT_REVISION_INVALID = "DRAFT_REVISION_INVALID"
-DRAFT_REVISION_MISMATCH = "DRAFT_REVISION_MISMATCH"
 
 
 def source_key(collection_id: str, content_id: str, variant: str) -> str:
@@ -61,7 +65,7 @@ class Snapshot:
 class SnapshotSet:
     columns: Snapshot
     draft: Snapshot | None = None
-    draft_error: str | None = None
+    draft_error: RefreshCode | None = None
     snapshots: list[Snapshot] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -182,19 +186,19 @@ def _version(value: object) -> int | None:
 
 def _draft_data(
     revision: Revision | None, collection_slug: str, content_id: str
-) -> tuple[str | None, dict[str, Any]]:
+) -> tuple[RefreshCode | None, dict[str, Any]]:
     if revision is None:
-        return DRAFT_REVISION_NOT_FOUND, {}
+        return RefreshCode.DRAFT_REVISION_NOT_FOUND, {}
     data = revision.data
     if isinstance(data, str):
         try:
             data = json.loads(data)
         except ValueError:
-            return DRAFT_REVISION_INVALID, {}
+            return RefreshCode.DRAFT_REVISION_INVALID, {}
     if not isinstance(data, dict):
-        return DRAFT_REVISION_INVALID, {}
+        return RefreshCode.DRAFT_REVISION_INVALID, {}
     if revision.collection != collection_slug or revision.entry_id != content_id:
-        return DRAFT_REVISION_MISMATCH, {}
+        return RefreshCode.DRAFT_REVISION_MISMATCH, {}
     return None, data
 
 
@@ -234,3 +238,18 @@ def _fingerprint_source(source: Mapping[str, Any]) -> dict[str, Any]:
         "schemaVersion": source["schema_version"],
         "sourceCompleteness": source["source_completeness"],
     }
+
+
+FIELD_FINGERPRINT_PREFIX = "media-usage-fields:v1:sha256:"
+
+
+def field_fingerprint(fields: Sequence[FieldDefinition]) -> str:
+    """What a reconciliation run indexes with: a field change restarts the run."""
+    payload = {
+        "fingerprintVersion": 1,
+        "contentSourceSchemaVersion": 1,
+        "extractionFields": [f.schema() for f in extraction_fields(fields)],
+        "displayFieldSlugs": sorted(n for n in DISPLAY_FIELDS if any(f.slug == n for f in fields)),
+    }
+    digest = hashlib.sha256(fingerprint.canonical_json(payload).encode()).hexdigest()
+    return FIELD_FINGERPRINT_PREFIX + digest

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable
 from typing import TypeGuard, TypeVar
 
 from media_usage_worker.domain.errors import InvalidArgument
+from media_usage_worker.domain.vocabulary import ReconciliationPhase, WorkState
 
 MAX_PORTABLE_DURATION_SECONDS = 365 * 24 * 60 * 60
 MAX_WORK_SELECTION_LIMIT = 100
@@ -21,10 +22,10 @@ RECONCILIATION_PAGE_LIMIT = 50
 MAX_IDENTIFIER_LENGTH = 1024
 MAX_BIGINT = 2**63 - 1
 
-WORK_STATES = ("pending", "retry", "leased", "failed")
-RECONCILIATION_PHASES = ("scan", "sources")
 
 T = TypeVar("T")
+_WORK_STATES = frozenset(state.value for state in WorkState)
+_PHASES = frozenset(phase.value for phase in ReconciliationPhase)
 
 _POSITIVE_DECIMAL = re.compile(r"[1-9][0-9]*")
 _NON_NEGATIVE_DECIMAL = re.compile(r"0|[1-9][0-9]*")
@@ -149,20 +150,20 @@ def operator_limit(value: object) -> int:
     return int(value)
 
 
-def work_state(value: object) -> str | None:
+def work_state(value: object) -> WorkState | None:
     if value is None:
         return None
-    if value not in WORK_STATES:
+    if not isinstance(value, str) or value not in _WORK_STATES:
         raise InvalidArgument(
             "Media usage work listing requires a valid state (pending, retry, leased, failed)."
         )
-    return value
+    return WorkState(value)
 
 
-def reconciliation_phase(value: object) -> str:
-    if value not in RECONCILIATION_PHASES:
+def reconciliation_phase(value: object) -> ReconciliationPhase:
+    if not isinstance(value, str) or value not in _PHASES:
         raise InvalidArgument("Reconciliation enqueue phase must be scan or sources.")
-    return value
+    return ReconciliationPhase(value)
 
 
 def reconciliation_content_ids(values: object) -> list[str]:

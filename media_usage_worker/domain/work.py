@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
-WorkState = Literal["pending", "retry", "leased", "failed"]
-RetryOutcome = Literal["pending", "lease_active", "collection_not_found", "conflict"]
+from media_usage_worker.domain.vocabulary import RetryOutcome, WorkState
+
+
+@dataclass(frozen=True)
+class Lease:
+    """One claim on one work row at one version: every write of its holder is fenced on it."""
+
+    collection_id: str
+    content_id: str
+    work_version: int
+    lease_token: str
 
 
 @dataclass(frozen=True)
@@ -29,9 +37,16 @@ class WorkRecord:
     updated_at: str
 
     @property
+    def lease(self) -> Lease | None:
+        """The lease this record holds (``None`` for a row that is not leased)."""
+        if self.lease_token is None:
+            return None
+        return Lease(self.collection_id, self.content_id, self.work_version, self.lease_token)
+
+    @property
     def due_at(self) -> str:
         """When the row becomes (or became) eligible: lease expiry for leased rows."""
-        if self.state != "leased":
+        if self.state != WorkState.LEASED:
             return self.next_attempt_at
         if self.lease_expires_at is None:
             raise ValueError("Due leased media usage work must have a lease expiry.")

@@ -18,7 +18,7 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from media_usage_worker.domain.content_model import FieldDefinition
-from media_usage_worker.domain.policy import RESOURCE_LIMIT
+from media_usage_worker.domain.vocabulary import ErrorCode
 from repository.activation import activate
 from repository.collections import CollectionRegistry
 from tests.support import get_work, status_row
@@ -84,8 +84,11 @@ def test_an_entry_of_600_000_images_fails_with_a_bounded_peak(db, migrated_url) 
     assert run.returncode == 0, run.stderr
     report = json.loads(run.stdout)
     print("entry limit figures:", json.dumps({"dialect": db.dialect.name, **report}))
-    assert report["outcomes"] == [["huge", "failed", RESOURCE_LIMIT]]
+    assert report["outcomes"] == [["huge", "failed", ErrorCode.RESOURCE_LIMIT]]
     assert report["peak_mb"] < PEAK_BOUND_MB
     row = get_work(db, posts.id, "huge")
-    assert row is not None and (row["state"], row["last_error_code"]) == ("failed", RESOURCE_LIMIT)
+    assert row is not None and (row["state"], row["last_error_code"]) == (
+        "failed",
+        ErrorCode.RESOURCE_LIMIT,
+    )
     assert status_row(db, posts.id)["status"] != "complete"

@@ -7,9 +7,9 @@ import threading
 import sqlalchemy as sa
 
 from media_usage_worker.domain.content_model import FieldDefinition
-from repository.heartbeat import LeaseKeeper
-from repository.processor import Heartbeat, process_work_item
-from repository.refresh import refresh_entry
+from media_usage_worker.pipeline.lease_keeper import LeaseKeeper
+from media_usage_worker.pipeline.process import Heartbeat, process_work_item
+from media_usage_worker.pipeline.refresh import refresh_entry
 from repository.work import MediaUsageWorkRepository
 from tests.acceptance.conftest import wait_for
 from tests.support import PAST, active_collection, get_work, set_work

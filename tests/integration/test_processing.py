@@ -8,13 +8,14 @@ import pytest
 import sqlalchemy as sa
 
 from media_usage_worker.domain.content_model import FieldDefinition
+from media_usage_worker.domain.errors import MediaNotFound
 from media_usage_worker.domain.policy import Limits
 from media_usage_worker.domain.snapshots import ContentEntry
+from media_usage_worker.pipeline.process import process_work_item
+from media_usage_worker.pipeline.refresh import refresh_entry
 from repository import projection
 from repository.collections import load_fields
-from repository.processor import process_work_item
-from repository.refresh import refresh_entry
-from repository.usage import MediaNotFound, usage_count, usage_page
+from repository.usage import usage_count, usage_page
 from repository.work import MediaUsageWorkRepository
 from tests.index_oracle import actual_index, expected_index
 from tests.support import (

@@ -15,10 +15,10 @@ from contextlib import contextmanager
 import pytest
 import sqlalchemy as sa
 
+from media_usage_worker.domain.errors import MediaNotFound
 from repository import status, usage
 from repository.collections import CollectionRegistry
 from repository.db import read_transaction
-from repository.usage import MediaNotFound
 from repository.work import MediaUsageWorkRepository
 from tests.support import active_collection, insert_work
 

@@ -7,9 +7,10 @@ import json
 import pytest
 import sqlalchemy as sa
 
+from media_usage_worker.pipeline.reconciliation import Reconciler
+from repository import reconciliations
 from repository.activation import activate
 from repository.collections import CollectionRegistry
-from repository.reconciliation import Reconciler
 from tests.index_oracle import (
     actual_index,
     actual_source_keys,
@@ -172,7 +173,7 @@ def test_a_failed_entry_fails_the_run_and_a_later_edit_reopens_it(db, posts) -> 
 
 
 def test_repair_rebuilds_a_collection_at_its_current_epoch(db, posts) -> None:
-    from repository.repair import repair_collection
+    from media_usage_worker.pipeline.repair import repair_collection
 
     write(db, INSERT, entries(120))
     activate(db)
@@ -189,7 +190,7 @@ def test_repair_rebuilds_a_collection_at_its_current_epoch(db, posts) -> None:
 
 
 def test_repair_racing_a_write_ends_stale_never_complete(db, posts) -> None:
-    from repository.repair import repair_collection
+    from media_usage_worker.pipeline.repair import repair_collection
 
     write(db, INSERT, entries(120))
     activate(db)
@@ -216,8 +217,8 @@ def test_repair_racing_a_write_ends_stale_never_complete(db, posts) -> None:
 
 
 def test_repair_refuses_without_active_capture(db, posts) -> None:
-    from media_usage_worker.domain.errors import CollectionNotFound
-    from repository.repair import RepairNotPossible, repair_collection
+    from media_usage_worker.domain.errors import CollectionNotFound, RepairNotPossible
+    from media_usage_worker.pipeline.repair import repair_collection
 
     with pytest.raises(RepairNotPossible):
         repair_collection(db, "posts")
@@ -241,7 +242,9 @@ def test_a_worker_killed_while_recording_a_failed_run_leaves_it_recoverable(
     def killed_after_the_first_statement(*args, **kwargs):
         raise Killed
 
-    monkeypatch.setattr(Reconciler, "_finish_failed_coverage", killed_after_the_first_statement)
+    monkeypatch.setattr(
+        reconciliations, "_finish_failed_coverage", killed_after_the_first_statement
+    )
     reconciler = Reconciler(db, defer_seconds=0)
     with pytest.raises(Killed):
         for _ in range(100):

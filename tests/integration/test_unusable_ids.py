@@ -11,12 +11,12 @@ import pytest
 import sqlalchemy as sa
 
 from media_usage_worker.domain.errors import InvalidArgument
-from media_usage_worker.domain.policy import UNUSABLE_CONTENT_ID
 from media_usage_worker.domain.validation import is_usable_identifier
+from media_usage_worker.domain.vocabulary import ErrorCode
+from media_usage_worker.pipeline.reconciliation import Reconciler
+from media_usage_worker.pipeline.repair import repair_collection
 from repository.activation import activate
 from repository.collections import CollectionRegistry
-from repository.reconciliation import Reconciler
-from repository.repair import repair_collection
 from repository.schema import work
 from repository.work import MediaUsageWorkRepository
 from tests.index_oracle import actual_index, expected_index
@@ -52,7 +52,7 @@ def failed_unusable(engine: sa.Engine, collection_id: str) -> list[str]:
     return [
         row.content_id
         for row in work_rows(engine, collection_id)
-        if (row.state, row.last_error_code) == ("failed", UNUSABLE_CONTENT_ID)
+        if (row.state, row.last_error_code) == ("failed", ErrorCode.UNUSABLE_CONTENT_ID)
     ]
 
 
@@ -81,7 +81,10 @@ def test_captured_unusable_ids_fail_without_stopping_other_work(db, collections)
     assert all(not is_usable_identifier(i) for i in failed_unusable(db, posts.id))
     assert work_rows(db, pages.id) == []
     status = status_row(db, posts.id)
-    assert (status["status"], status["last_error_code"]) == ("partial", UNUSABLE_CONTENT_ID)
+    assert (status["status"], status["last_error_code"]) == (
+        "partial",
+        ErrorCode.UNUSABLE_CONTENT_ID,
+    )
     assert status_row(db, pages.id)["status"] == "complete"
     assert actual_index(db) == expected_index(db)
 
@@ -141,7 +144,7 @@ def test_a_rescan_that_finds_unusable_ids_ends_failed_work_and_partial(db, colle
     status = _reconcile(db, posts.id)
 
     assert status["status"] == "partial"
-    assert status["last_error_code"] == UNUSABLE_CONTENT_ID
+    assert status["last_error_code"] == ErrorCode.UNUSABLE_CONTENT_ID
     assert len(failed_unusable(db, posts.id)) == len(hostile_ids(db))
     assert _reconcile(db, pages.id)["status"] == "complete"
     with db.connect() as conn:
@@ -159,7 +162,7 @@ def test_repair_counts_unusable_ids_as_failed_and_keeps_their_work(db, collectio
 
     result = repair_collection(db, "posts")
 
-    assert (result.status, result.error_code) == ("partial", UNUSABLE_CONTENT_ID)
+    assert (result.status, result.error_code) == ("partial", ErrorCode.UNUSABLE_CONTENT_ID)
     assert (result.indexed, result.failed) == (1, len(hostile_ids(db)))
     assert status_row(db, posts.id)["status"] == "partial"
     assert len(failed_unusable(db, posts.id)) == len(hostile_ids(db))

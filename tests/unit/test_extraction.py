@@ -65,7 +65,7 @@ def test_fields_considered_and_sorted() -> None:
 
 
 def test_invalid_repeater_validation_is_a_discovery_error() -> None:
-    broken = FieldDefinition("g", "G", "repeater", validation={"__invalid__": "{"})
+    broken = FieldDefinition("g", "G", "repeater", validation_unreadable=True)
     with pytest.raises(FieldDiscoveryError):
         extraction_fields([broken])
 

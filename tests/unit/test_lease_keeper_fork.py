@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import threading
 
-from repository.heartbeat import keeper
+from media_usage_worker.pipeline.lease_keeper import keeper
 
 
 def test_a_child_forked_while_another_thread_holds_the_keeper_lock_can_still_hold_leases() -> None:

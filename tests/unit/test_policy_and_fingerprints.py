@@ -11,12 +11,10 @@ from media_usage_worker.domain.errors import EntryTooLarge
 from media_usage_worker.domain.extraction import ExtractionField
 from media_usage_worker.domain.fingerprint import PROJECTION_PATTERN, canonical_json
 from media_usage_worker.domain.snapshots import (
-    DRAFT_REVISION_INVALID,
-    DRAFT_REVISION_MISMATCH,
-    DRAFT_REVISION_NOT_FOUND,
     Revision,
     build_snapshots,
 )
+from media_usage_worker.domain.vocabulary import ErrorCode, RefreshCode
 
 
 @pytest.mark.parametrize(
@@ -29,9 +27,9 @@ def test_retry_delay_bounds(attempts: int, low: int, high: int) -> None:
 
 
 def test_terminal_rules() -> None:
-    assert policy.is_terminal(policy.RESOURCE_LIMIT, 0)
-    assert not policy.is_terminal(policy.SNAPSHOT_FAILED, 3)
-    assert policy.is_terminal(policy.SNAPSHOT_FAILED, 4)
+    assert policy.is_terminal(ErrorCode.RESOURCE_LIMIT, 0)
+    assert not policy.is_terminal(ErrorCode.SNAPSHOT_FAILED, 3)
+    assert policy.is_terminal(ErrorCode.SNAPSHOT_FAILED, 4)
 
 
 def test_error_code_mapping() -> None:
@@ -122,11 +120,11 @@ def test_draft_overlay_merges_revision_data() -> None:
 @pytest.mark.parametrize(
     ("revision", "code"),
     [
-        (None, DRAFT_REVISION_NOT_FOUND),
-        (Revision("posts", "e1", "not json"), DRAFT_REVISION_INVALID),
-        (Revision("posts", "e1", "[1]"), DRAFT_REVISION_INVALID),
-        (Revision("pages", "e1", "{}"), DRAFT_REVISION_MISMATCH),
-        (Revision("posts", "e2", "{}"), DRAFT_REVISION_MISMATCH),
+        (None, RefreshCode.DRAFT_REVISION_NOT_FOUND),
+        (Revision("posts", "e1", "not json"), RefreshCode.DRAFT_REVISION_INVALID),
+        (Revision("posts", "e1", "[1]"), RefreshCode.DRAFT_REVISION_INVALID),
+        (Revision("pages", "e1", "{}"), RefreshCode.DRAFT_REVISION_MISMATCH),
+        (Revision("posts", "e2", "{}"), RefreshCode.DRAFT_REVISION_MISMATCH),
     ],
 )
 def test_draft_failures(revision, code) -> None:

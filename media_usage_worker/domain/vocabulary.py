@@ -1,0 +1,120 @@
+"""Every state, status, outcome and code the project stores or reports, defined once.
+
+The values are emdash 0.34.0's strings (codes marked "own" are this project's), so rows stay
+compatible with emdash. Each enum is a ``StrEnum``: a member *is* its string, so it binds as
+an SQL parameter, serialises as JSON and compares equal to what a row holds.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class WorkState(StrEnum):
+    """``_emdash_media_usage_work.state`` (docs/design.md, "Work states")."""
+
+    PENDING = "pending"
+    RETRY = "retry"
+    LEASED = "leased"
+    FAILED = "failed"
+
+
+# Claimable-when-due states, in the order the tick fans them out: expired leases first (their
+# holders died), then retries, then fresh work.
+DUE_STATES = (WorkState.LEASED, WorkState.RETRY, WorkState.PENDING)
+
+
+class ReconciliationState(StrEnum):
+    """``_emdash_media_usage_reconciliations.state``."""
+
+    PENDING = "pending"
+    RETRY = "retry"
+    LEASED = "leased"
+    FAILED = "failed"
+
+
+class ReconciliationPhase(StrEnum):
+    SCAN = "scan"
+    SOURCES = "sources"
+
+
+class CaptureState(StrEnum):
+    """``_emdash_index_status.capture_state`` (NULL before activation)."""
+
+    INSTALLING = "installing"
+    READY = "ready"
+    ACTIVE = "active"
+    DELETING = "deleting"
+
+
+class ActivationState(StrEnum):
+    """``_emdash_media_usage_activation.state``: the global capture switch."""
+
+    EXPANDED = "expanded"  # migrated, capture not started
+    ACTIVATING = "activating"
+    ACTIVE = "active"
+
+
+class CoverageStatus(StrEnum):
+    """A collection's coverage; only ``complete`` may answer "used nowhere"."""
+
+    NEVER = "never"
+    RUNNING = "running"
+    COMPLETE = "complete"
+    PARTIAL = "partial"
+    FAILED = "failed"
+    STALE = "stale"
+    UNKNOWN = "unknown"
+
+
+class Outcome(StrEnum):
+    """What processing one work message did."""
+
+    COMPLETED = "completed"  # indexed; the work row is gone
+    OBSOLETE = "obsolete"  # its collection is gone; the work row is gone
+    SUPERSEDED = "superseded"  # a newer version or another holder took the row meanwhile
+    CLAIM_LOST = "claim_lost"  # not due at this version: a stale or duplicate message
+    RETRY = "retry"  # failed this time; due again after a backoff
+    FAILED = "failed"  # failed for good
+
+
+class RetryOutcome(StrEnum):
+    """What an operator's ``work retry`` found."""
+
+    PENDING = "pending"
+    LEASE_ACTIVE = "lease_active"
+    COLLECTION_NOT_FOUND = "collection_not_found"
+    CONFLICT = "conflict"
+
+
+class ErrorCode(StrEnum):
+    """Codes stored in ``last_error_code`` of work, status and reconciliation rows."""
+
+    SNAPSHOT_FAILED = "MEDIA_USAGE_SNAPSHOT_FAILED"
+    GENERATION_CONFLICT = "MEDIA_USAGE_GENERATION_CONFLICT"
+    RESOURCE_LIMIT = "MEDIA_USAGE_RESOURCE_LIMIT"
+    PROCESSING_FAILED = "MEDIA_USAGE_PROCESSING_FAILED"
+    RECONCILIATION_FAILED = "MEDIA_USAGE_RECONCILIATION_FAILED"
+    RECONCILIATION_ENTRY_FAILED = "MEDIA_USAGE_RECONCILIATION_ENTRY_FAILED"
+    # own: the item ran past the worker's soft time limit
+    TIME_LIMIT = "MEDIA_USAGE_TIME_LIMIT"
+    # own: the database holds an id this project cannot use (empty, longer than 1,024
+    # characters, NUL, or not UTF-8); such an entry is never indexed
+    UNUSABLE_CONTENT_ID = "MEDIA_USAGE_UNUSABLE_CONTENT_ID"
+    # coverage made stale by a field change or a capture that was switched off
+    STALE = "CONTENT_USAGE_STALE"
+    # a repair that a concurrent write overtook
+    REPAIR_CONFLICT = "CONTENT_USAGE_REPAIR_CONFLICT"
+
+
+class RefreshCode(StrEnum):
+    """Why one entry's refresh did not finish; ``policy.work_error_code`` maps each to the
+    ``ErrorCode`` its work row stores."""
+
+    GENERATION_CONFLICT = "CONTENT_USAGE_GENERATION_CONFLICT"
+    RESOURCE_LIMIT = "CONTENT_USAGE_RESOURCE_LIMIT"
+    REFRESH_ERROR = "CONTENT_USAGE_REFRESH_ERROR"
+    DRAFT_REVISION_NOT_FOUND = "DRAFT_REVISION_NOT_FOUND"
+    DRAFT_REVISION_INVALID = "DRAFT_REVISION_INVALID"
+    DRAFT_REVISION_MISMATCH = "DRAFT_REVISION_MISMATCH"
+    INVALID_REPEATER_VALIDATION = "INVALID_REPEATER_VALIDATION"

@@ -1,0 +1,64 @@
+"""The tick's fan-out: read due work page by page and hand each page to the sender."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from media_usage_worker.domain.validation import split_usable
+from media_usage_worker.domain.vocabulary import DUE_STATES, ErrorCode, Outcome
+from media_usage_worker.domain.work import WorkRecord
+from repository import coverage
+from repository.work import MediaUsageWorkRepository
+
+DUE_PAGE = 100
+
+
+@dataclass(frozen=True)
+class FanOut:
+    seen: int  # due items read
+    sent: int  # messages sent (items already in flight are not sent again)
+    unusable: int  # items settled without a message (unusable content ids)
+
+
+def fan_out_due_work(
+    repo: MediaUsageWorkRepository,
+    budget: int,
+    send: Callable[[list[WorkRecord]], Sequence[object]],
+) -> FanOut:
+    """Read up to ``budget`` due items page by page and hand each page to ``send``.
+
+    Expired leases first (their holders died), then retries, then fresh work. An item whose
+    content id no message may carry is settled here instead of being sent.
+    """
+    seen = sent = unusable = 0
+    for state in DUE_STATES:
+        after = None
+        while seen < budget:
+            limit = min(DUE_PAGE, budget - seen)
+            page = repo.find_due_page(state, limit, after)
+            seen += len(page)
+            usable, unusable_items = split_usable(page, lambda item: item.content_id)
+            for item in unusable_items:
+                settle_unusable_item(repo, item)
+            unusable += len(unusable_items)
+            sent += len(send(usable)) if usable else 0
+            if len(page) < limit:
+                break
+            after = page[-1]
+    return FanOut(seen, sent, unusable)
+
+
+def settle_unusable_item(repo: MediaUsageWorkRepository, record: WorkRecord) -> Outcome:
+    """Fail (or drop, if its entry is gone) an item whose content id cannot be used.
+
+    The tick calls this instead of sending a message that every worker would refuse: the item
+    ends ``failed`` with ``MEDIA_USAGE_UNUSABLE_CONTENT_ID`` and coverage says ``partial``.
+    """
+    outcome = repo.settle_unusable_work(record, ErrorCode.UNUSABLE_CONTENT_ID)
+    if outcome == Outcome.FAILED:
+        coverage.record_incremental_failure(
+            repo.bind, record.collection_id, record.collection_slug, record.content_id,
+            record.work_version, ErrorCode.UNUSABLE_CONTENT_ID,
+        )  # fmt: skip
+    return outcome

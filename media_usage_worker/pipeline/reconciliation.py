@@ -1,0 +1,171 @@
+"""Reconciliation steps (docs/design.md §6): bring a collection's coverage back to ``complete``.
+
+One coordinator row per collection that needs it. Each step runs under the coordinator's lease
+and does a bounded amount of work: the scan phase enqueues the collection's content ids (50 a
+page, up to the id that was largest when the scan began) as work at the run's epoch; once that
+work has drained, the sources phase enqueues entries whose content is gone; when that work has
+drained too and the epoch has not moved, coverage is finalised to ``complete``. Any write to the
+collection moves the epoch, which restarts the run; it converges once writes stop.
+
+The statements are ``repository.reconciliations``; this module decides which to run.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from media_usage_worker.domain import policy
+from media_usage_worker.domain.snapshots import field_fingerprint
+from media_usage_worker.domain.validation import split_usable
+from media_usage_worker.domain.vocabulary import ErrorCode, ReconciliationPhase, WorkState
+from repository import reconciliations as store
+from repository.reconciliations import Coordinator
+from repository.work import MediaUsageWorkRepository
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
+log = logging.getLogger(__name__)
+PAGE = 50
+CANDIDATES_PER_ROUND = 4
+
+
+@dataclass(frozen=True)
+class StepReport:
+    collection_slug: str
+    phase: str
+    action: str  # started, enqueued, waiting, sources, completed, restarted, failed, deferred
+    enqueued: int = 0
+
+
+class Reconciler:
+    """``tick`` is one bounded round of reconciliation work across due collections."""
+
+    def __init__(self, engine: Engine, *, defer_seconds: int = 5) -> None:
+        self.engine = engine
+        self.work = MediaUsageWorkRepository(engine)
+        self.defer_seconds = defer_seconds
+
+    def tick(self, max_steps: int = 100, budget_seconds: float = 5.0) -> list[StepReport]:
+        """Up to ``max_steps`` pages (or ``budget_seconds``) of work across due collections."""
+        deadline = time.monotonic() + budget_seconds
+        if not store.drop_finished(self.engine):
+            return []
+        store.reopen_failed_after_new_writes(self.engine)
+        store.seed(self.engine)
+        reports: list[StepReport] = []
+        while len(reports) < max_steps and time.monotonic() < deadline:
+            candidates = store.due_collection_ids(self.engine, CANDIDATES_PER_ROUND)
+            if not candidates:
+                break
+            for collection_id in candidates:
+                coordinator = store.claim(self.engine, collection_id)
+                if coordinator is None:
+                    continue
+                try:
+                    reports.append(self._step(coordinator))
+                except Exception:
+                    log.exception("reconciliation step for %s failed", coordinator.collection_slug)
+                    self._fail(coordinator, ErrorCode.RECONCILIATION_FAILED)
+                    reports.append(
+                        StepReport(coordinator.collection_slug, coordinator.phase, "failed")
+                    )
+        return reports
+
+    def _step(self, c: Coordinator) -> StepReport:
+        if c.target_epoch is None:
+            return self._start(c, restarted=False)
+        if not store.run_still_owned(self.engine, c):
+            return self._start(c, restarted=True)
+        fields = store.current_fields(self.engine, c.collection_id)
+        if field_fingerprint(fields) != c.field_fingerprint:
+            return self._start(c, restarted=True)
+        if c.phase == ReconciliationPhase.SCAN:
+            return self._scan(c)
+        return self._sources(c)
+
+    def _start(self, c: Coordinator, *, restarted: bool) -> StepReport:
+        """Begin (or restart) a run: bump the epoch, take the status row, fix the scan range."""
+        run = store.start_run(self.engine, c)
+        if run is None:
+            store.release(self.engine, c, self.defer_seconds)
+            return StepReport(c.collection_slug, c.phase, "deferred")
+        store.release(
+            self.engine, c, 0, target_epoch=run.epoch,
+            field_fingerprint=field_fingerprint(run.fields), phase=ReconciliationPhase.SCAN,
+            scan_cursor=None, scan_upper_id=run.scan_upper_id, source_cursor=None,
+            source_upper_key=None,
+        )  # fmt: skip
+        return StepReport(c.collection_slug, "scan", "restarted" if restarted else "started")
+
+    def _enqueue(self, c: Coordinator, phase: ReconciliationPhase, ids: list[str]) -> None:
+        assert c.lease_token is not None and c.target_epoch is not None
+        self.work.enqueue_reconciliation_page(
+            collection_id=c.collection_id, collection_slug=c.collection_slug,
+            run_token=c.run_token, lease_token=c.lease_token, change_epoch=c.target_epoch,
+            phase=phase, content_ids=ids,
+        )  # fmt: skip
+
+    def _scan(self, c: Coordinator) -> StepReport:
+        ids = store.scan_page(self.engine, c, PAGE)
+        if ids:
+            usable, unusable = split_usable(ids, lambda content_id: content_id)
+            if usable:
+                self._enqueue(c, ReconciliationPhase.SCAN, usable)
+            assert c.target_epoch is not None
+            for content_id in unusable:
+                self.work.record_unusable_content(
+                    collection_id=c.collection_id, collection_slug=c.collection_slug,
+                    content_id=content_id, change_epoch=c.target_epoch,
+                )  # fmt: skip
+            store.release(self.engine, c, 0, scan_cursor=ids[-1])
+            return StepReport(c.collection_slug, "scan", "enqueued", len(ids))
+        barrier = self._work_barrier(c)
+        if barrier is not None:
+            return barrier
+        store.release(
+            self.engine, c, 0, phase=ReconciliationPhase.SOURCES, source_cursor=None,
+            source_upper_key=store.source_upper_key(self.engine, c),
+        )  # fmt: skip
+        return StepReport(c.collection_slug, "sources", "sources")
+
+    def _sources(self, c: Coordinator) -> StepReport:
+        keys = store.source_page(self.engine, c, PAGE)
+        if keys:
+            candidates = list(dict.fromkeys(content_id for _, content_id in keys))
+            present = store.present_content_ids(self.engine, c.collection_slug, candidates)
+            gone = [content_id for content_id in candidates if content_id not in present]
+            if gone:
+                self._enqueue(c, ReconciliationPhase.SOURCES, gone)
+            store.release(self.engine, c, 0, source_cursor=keys[-1][0])
+            return StepReport(c.collection_slug, "sources", "enqueued", len(gone))
+        barrier = self._work_barrier(c)
+        if barrier is not None:
+            return barrier
+        if store.finalize(self.engine, c):
+            return StepReport(c.collection_slug, "sources", "completed")
+        return self._start(c, restarted=True)
+
+    def _work_barrier(self, c: Coordinator) -> StepReport | None:
+        """Wait for the run's work to drain; then a failed item fails the run.
+
+        The run waits for the other items first, so its coverage says how much was indexed
+        (``partial``) instead of ``failed`` while entries were still being processed.
+        """
+        states = store.work_states(self.engine, c.collection_id)
+        if states - {WorkState.FAILED}:
+            store.release(self.engine, c, self.defer_seconds)
+            return StepReport(c.collection_slug, c.phase, "waiting")
+        if states:
+            self._fail(c, ErrorCode.RECONCILIATION_ENTRY_FAILED, terminal=True)
+            return StepReport(c.collection_slug, c.phase, "failed")
+        return None
+
+    def _fail(self, c: Coordinator, code: ErrorCode, *, terminal: bool = False) -> None:
+        if terminal or policy.is_terminal(code, c.attempt_count):
+            store.record_failed(self.engine, c, code)
+        else:
+            store.record_retry(self.engine, c, code, policy.retry_delay_seconds(c.attempt_count))

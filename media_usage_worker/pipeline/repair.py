@@ -1,0 +1,127 @@
+"""Manual repair (docs/design.md §9): rescan one collection synchronously.
+
+The repair takes the collection's status row at its *current* epoch (without bumping it),
+refreshes every entry and removes the sources of vanished ones, deletes the work that the rescan
+made redundant (``delete_work_through_epoch``) and finalises only if the epoch is still the one
+it started at. A write that lands during the repair moves the epoch, so the repair ends
+``stale`` with ``CONTENT_USAGE_REPAIR_CONFLICT`` and that write's work stays queued: never
+``complete`` over missing work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from media_usage_worker.domain.errors import CollectionNotFound
+from media_usage_worker.domain.policy import Limits
+from media_usage_worker.domain.snapshots import ContentEntry
+from media_usage_worker.domain.validation import split_usable
+from media_usage_worker.domain.vocabulary import CoverageStatus, ErrorCode, RefreshCode
+from media_usage_worker.pipeline.refresh import refresh_entry
+from repository import repairs
+from repository.collections import CollectionRegistry
+from repository.ids import new_ulid
+from repository.work import MediaUsageWorkRepository
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
+PAGE = 50
+
+
+@dataclass(frozen=True)
+class RepairResult:
+    collection_slug: str
+    status: CoverageStatus  # complete | partial | failed | stale
+    indexed: int
+    failed: int
+    skipped: int
+    removed: int
+    error_code: str | None
+
+
+@dataclass
+class _Tally:
+    indexed: int = 0
+    failed: int = 0
+    skipped: int = 0
+    removed: int = 0
+    first_error: str | None = None
+
+    def count(self, code: RefreshCode | None) -> None:
+        if code is None:
+            self.indexed += 1
+        elif code == RefreshCode.GENERATION_CONFLICT:
+            self.skipped += 1
+        else:
+            self.failed += 1
+            self.first_error = self.first_error or code
+
+    def outcome(self) -> CoverageStatus:
+        if not self.failed and not self.skipped:
+            return CoverageStatus.COMPLETE
+        return CoverageStatus.FAILED if not self.indexed else CoverageStatus.PARTIAL
+
+
+def repair_collection(
+    engine: Engine,
+    slug: str,
+    *,
+    limits: Limits | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> RepairResult:
+    collection = CollectionRegistry(engine).get(slug)
+    if collection is None:
+        raise CollectionNotFound(f"No collection has slug {slug!r}.")
+    run_token = new_ulid()
+    epoch, total = repairs.begin_repair(engine, collection.id, slug, run_token)
+    limits = limits or Limits()
+    tally = _Tally()
+    unusable: list[str] = []  # ids the host stored that cannot be indexed (kept as failed work)
+    done = 0
+    after: str | None = None
+    while ids := repairs.content_id_page(engine, slug, after, PAGE):
+        usable, unusable_ids = split_usable(ids, lambda content_id: content_id)
+        if unusable_ids:
+            unusable += unusable_ids
+            tally.failed += len(unusable_ids)
+            tally.first_error = tally.first_error or ErrorCode.UNUSABLE_CONTENT_ID
+        for content_id in usable:
+            tally.count(
+                refresh_entry(engine, ContentEntry(collection.id, slug, content_id), limits)
+            )
+        done += len(ids)
+        after = ids[-1]
+        if progress:
+            progress(done, total)
+
+    # Entries that vanished: their sources go (guarded: only while they stay gone).
+    for content_id in repairs.orphaned_content_ids(engine, collection.id, slug):
+        code = refresh_entry(engine, ContentEntry(collection.id, slug, content_id), limits)
+        if code is None:
+            tally.removed += 1
+        else:
+            tally.skipped += 1
+
+    repo = MediaUsageWorkRepository(engine)
+    repo.delete_work_through_epoch(collection.id, epoch)
+    for content_id in unusable:
+        repo.record_unusable_content(
+            collection_id=collection.id, collection_slug=slug, content_id=content_id,
+            change_epoch=epoch,
+        )  # fmt: skip
+    outcome = tally.outcome()
+    error = None
+    if outcome != CoverageStatus.COMPLETE:
+        error = tally.first_error or ErrorCode.REPAIR_CONFLICT
+    status = repairs.finish_repair(
+        engine, collection.id, slug, run_token, epoch, outcome=outcome,
+        indexed=tally.indexed, failed=tally.failed, error=error,
+    )  # fmt: skip
+    if status == CoverageStatus.STALE:
+        error = ErrorCode.REPAIR_CONFLICT
+    return RepairResult(
+        slug, status, tally.indexed, tally.failed, tally.skipped, tally.removed, error
+    )
