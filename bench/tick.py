@@ -9,8 +9,9 @@ import sqlalchemy as sa
 
 from bench.env import Bench, use_in_process
 from bench.stats import Figure, ratios
+from media_usage_worker.domain.vocabulary import DUE_STATES
 from repository.db import create_engine
-from repository.work import MediaUsageWorkRepository
+from repository.work_processing import due_query
 
 # 1 % pending and due; the rest waits: retries due in an hour, live leases, failed rows.
 FILL = """
@@ -54,8 +55,8 @@ def explain(url: str) -> list[str]:
     engine = create_engine(url)
     lines = []
     with engine.connect() as conn:
-        for state in ("pending", "retry", "leased"):
-            query = MediaUsageWorkRepository._due_query(state, 100)
+        for state in DUE_STATES:
+            query = due_query(state, 100)
             compiled = query.compile(dialect=engine.dialect)
             plan = conn.exec_driver_sql("EXPLAIN " + compiled.string, compiled.params).all()
             lines.append(f"-- due page, state {state}:")

@@ -11,6 +11,7 @@ import sqlalchemy as sa
 
 from media_usage_worker.domain.content_model import COLLECTION_SLUG_PATTERN
 from media_usage_worker.domain.errors import ActivationError
+from media_usage_worker.domain.vocabulary import ActivationState, CaptureState, CoverageStatus
 from repository import schema, triggers
 from repository.clock import db_now
 from repository.content_tables import content_table_name
@@ -25,7 +26,7 @@ def is_activation_active(conn: sa.Connection) -> bool:
     state = conn.execute(
         sa.select(_activation.state).where(_activation.task_key == schema.CAPTURE_TASK_KEY)
     ).scalar_one_or_none()
-    return state == "active"
+    return state == ActivationState.ACTIVE
 
 
 def _status_row_for(collection_id: str, slug: str) -> sa.ColumnElement[bool]:
@@ -38,7 +39,7 @@ def _fresh_status_row(collection_id: str, slug: str, capture_state: str | None) 
         "adapter_id": schema.ADAPTER_ID,
         "scope_type": schema.SCOPE_TYPE,
         "scope_key": slug,
-        "status": "never",
+        "status": CoverageStatus.NEVER,
         "collection_id": collection_id,
         "change_epoch": 0,
         "reconciliation_required": 1,
@@ -49,7 +50,7 @@ def _fresh_status_row(collection_id: str, slug: str, capture_state: str | None) 
 
 def prepare_new_collection(conn: sa.Connection, collection_id: str, slug: str) -> None:
     """Insert the new collection's status row (``installing`` while capture is active)."""
-    capture_state = "installing" if is_activation_active(conn) else None
+    capture_state = CaptureState.INSTALLING if is_activation_active(conn) else None
     conn.execute(
         schema.index_status.insert().values(**_fresh_status_row(collection_id, slug, capture_state))
     )
@@ -65,30 +66,32 @@ def finish_new_collection(conn: sa.Connection, collection_id: str, slug: str) ->
     """After the registry row exists, turn capture on for the new collection."""
     conn.execute(
         schema.index_status.update()
-        .where(_status_row_for(collection_id, slug), _status.capture_state == "installing")
-        .values(capture_state="active", cursor=None, updated_at=db_now())
+        .where(
+            _status_row_for(collection_id, slug), _status.capture_state == CaptureState.INSTALLING
+        )
+        .values(capture_state=CaptureState.ACTIVE, cursor=None, updated_at=db_now())
     )
 
 
 def _prepare_for_activation(conn: sa.Connection, collection_id: str, slug: str) -> None:
     """Upsert the status row to ``installing``; coverage so far is not trusted (reconcile)."""
     insert = insert_factory(conn.engine)(schema.index_status)
-    statement = insert.values(**_fresh_status_row(collection_id, slug, "installing"))
-    was_trusted = _status.status.in_(("complete", "running"))
+    statement = insert.values(**_fresh_status_row(collection_id, slug, CaptureState.INSTALLING))
+    was_trusted = _status.status.in_((CoverageStatus.COMPLETE, CoverageStatus.RUNNING))
     statement = statement.on_conflict_do_update(
         index_elements=[_status.adapter_id, _status.scope_type, _status.scope_key],
         set_={
-            "status": sa.case((was_trusted, "stale"), else_=_status.status),
+            "status": sa.case((was_trusted, CoverageStatus.STALE.value), else_=_status.status),
             "completed_at": sa.case((was_trusted, sa.null()), else_=_status.completed_at),
             "cursor": None,
             "collection_id": collection_id,
             "reconciliation_required": 1,
-            "capture_state": "installing",
+            "capture_state": CaptureState.INSTALLING,
             "updated_at": db_now(),
         },
         where=sa.and_(
             sa.or_(_status.collection_id.is_(None), _status.collection_id == collection_id),
-            sa.or_(_status.capture_state.is_(None), _status.capture_state != "deleting"),
+            sa.or_(_status.capture_state.is_(None), _status.capture_state != CaptureState.DELETING),
         ),
     )
     if conn.execute(statement.returning(_status.scope_key)).first() is None:
@@ -127,14 +130,17 @@ def activate(engine: sa.Engine) -> list[str]:
             conn.execute(
                 schema.index_status.update()
                 .where(_status_row_for(collection_id, slug))
-                .values(capture_state="active", updated_at=db_now())
-                .where(_status.capture_state != "active")
+                .values(capture_state=CaptureState.ACTIVE, updated_at=db_now())
+                .where(_status.capture_state != CaptureState.ACTIVE)
             )
         conn.execute(
             schema.activation.update()
-            .where(_activation.task_key == schema.CAPTURE_TASK_KEY, _activation.state != "active")
+            .where(
+                _activation.task_key == schema.CAPTURE_TASK_KEY,
+                _activation.state != ActivationState.ACTIVE,
+            )
             .values(
-                state="active",
+                state=ActivationState.ACTIVE,
                 activated_at=db_now(),
                 drain_confirmed_at=db_now(),
                 collection_cursor=None,
@@ -151,7 +157,7 @@ def _capture_is_active(conn: sa.Connection, collection_id: str, slug: str) -> bo
     return (
         conn.execute(
             sa.select(_status.capture_state).where(
-                _status_row_for(collection_id, slug), _status.capture_state == "active"
+                _status_row_for(collection_id, slug), _status.capture_state == CaptureState.ACTIVE
             )
         ).first()
         is not None

@@ -27,6 +27,7 @@ from media_usage_worker.domain.errors import (
     FieldExists,
     MediaUsageError,
 )
+from media_usage_worker.domain.vocabulary import CaptureState, CoverageStatus
 from repository import activation
 from repository.clock import db_now
 from repository.content_tables import add_field_column, content_table_name, create_content_table
@@ -223,7 +224,7 @@ def _field_row(collection_id: str, definition: FieldDefinition, position: int) -
 def _invalidate_coverage_for_schema_change(conn: sa.Connection, collection: Collection) -> None:
     """Bump the epoch and require reconciliation: indexed projections predate the new field."""
     s = index_status.c
-    active = s.capture_state == "active"
+    active = s.capture_state == CaptureState.ACTIVE
     result = conn.execute(
         index_status.update()
         .where(
@@ -236,7 +237,8 @@ def _invalidate_coverage_for_schema_change(conn: sa.Connection, collection: Coll
             change_epoch=s.change_epoch + 1,
             # Before activation a never-indexed collection stays "never"; anything else is stale.
             status=sa.case(
-                (sa.and_(s.status == "never", sa.not_(active)), s.status), else_="stale"
+                (sa.and_(s.status == CoverageStatus.NEVER, sa.not_(active)), s.status),
+                else_=CoverageStatus.STALE.value,
             ),
             completed_at=None,
             cursor=None,

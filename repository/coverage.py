@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
+from media_usage_worker.domain.vocabulary import CaptureState, CoverageStatus, WorkState
 from repository.clock import db_now
 from repository.db import Bind, transaction
 from repository.predicates import registered, status_row
@@ -21,7 +22,7 @@ st = index_status.c
 def _active_status(collection_id: object, slug: object) -> list[sa.ColumnElement[bool]]:
     return [
         *status_row(collection_id, slug),
-        st.capture_state == "active",
+        st.capture_state == CaptureState.ACTIVE,
         registered(collection_id, slug),
     ]
 
@@ -39,7 +40,9 @@ def _restorable_for(collection_id: sa.ColumnElement[str]) -> sa.ColumnElement[bo
     """``complete`` may come back: nothing to reconcile and no work row left."""
     work_remains = sa.exists(sa.select(1).where(work.c.collection_id == collection_id))
     return sa.and_(
-        st.reconciliation_required == 0, st.status.in_(("stale", "partial")), ~work_remains
+        st.reconciliation_required == 0,
+        st.status.in_((CoverageStatus.STALE, CoverageStatus.PARTIAL)),
+        ~work_remains,
     )
 
 
@@ -64,7 +67,7 @@ _RESTORE_COMPLETE = (
         st.change_epoch == sa.bindparam("p_epoch", type_=sa.BigInteger),
     )
     .values(
-        status=sa.case((_restorable, "complete"), else_=st.status),
+        status=sa.case((_restorable, CoverageStatus.COMPLETE.value), else_=st.status),
         completed_at=sa.case((_restorable, db_now()), else_=st.completed_at),
         last_error_code=sa.case((_restorable, sa.null()), else_=st.last_error_code),
         last_incremental_success_at=db_now(),
@@ -97,7 +100,7 @@ def record_incremental_success(bind: Bind, collection_id: str, slug: str) -> Non
 _SETTLED_CANDIDATES = sa.select(st.collection_id, st.scope_key).where(
     st.adapter_id == ADAPTER_ID,
     st.scope_type == SCOPE_TYPE,
-    st.capture_state == "active",
+    st.capture_state == CaptureState.ACTIVE,
     _restorable_for(st.collection_id),
 )
 # SKIP LOCKED: a row locked by a writer's open transaction is left for a later tick, so the
@@ -111,7 +114,12 @@ _RESTORE_SETTLED = (
         st.change_epoch == sa.bindparam("p_epoch", type_=sa.BigInteger),
         _restorable,
     )
-    .values(status="complete", completed_at=db_now(), last_error_code=None, updated_at=db_now())
+    .values(
+        status=CoverageStatus.COMPLETE,
+        completed_at=db_now(),
+        last_error_code=None,
+        updated_at=db_now(),
+    )
 )
 
 
@@ -154,7 +162,7 @@ def record_incremental_failure(
             w.collection_id == collection_id,
             w.content_id == content_id,
             w.work_version == work_version,
-            w.state == "failed",
+            w.state == WorkState.FAILED,
             w.last_error_code == error_code,
         )
     )
@@ -165,7 +173,9 @@ def record_incremental_failure(
         )
     )
     to_partial = sa.and_(~run_owns_status, st.reconciliation_required == 0)
-    to_stale = sa.and_(~run_owns_status, st.reconciliation_required != 0, st.status == "running")
+    to_stale = sa.and_(
+        ~run_owns_status, st.reconciliation_required != 0, st.status == CoverageStatus.RUNNING
+    )
     with transaction(bind) as conn:
         conn.execute(
             index_status.update()
@@ -175,7 +185,11 @@ def record_incremental_failure(
                 failed_row,
             )
             .values(
-                status=sa.case((to_partial, "partial"), (to_stale, "stale"), else_=st.status),
+                status=sa.case(
+                    (to_partial, CoverageStatus.PARTIAL.value),
+                    (to_stale, CoverageStatus.STALE.value),
+                    else_=st.status,
+                ),
                 completed_at=sa.case(
                     (sa.or_(to_partial, to_stale), sa.null()), else_=st.completed_at
                 ),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 from media_usage_worker.domain.errors import DowngradeRefused
+from media_usage_worker.domain.vocabulary import ActivationState, CaptureState
 from repository.schema import activation, collection_deletions, index_status, reconciliations, work
 
 
@@ -21,9 +22,9 @@ def assert_media_usage_drained(conn: sa.Connection) -> None:
         blockers.append(f"{count} collection deletion tombstone(s)")
     if count := _count(conn, reconciliations):
         blockers.append(f"{count} reconciliation row(s)")
-    if _count(conn, activation, activation.c.state != "expanded"):
+    if _count(conn, activation, activation.c.state != ActivationState.EXPANDED):
         blockers.append("incremental capture is activated")
-    if count := _count(conn, index_status, index_status.c.capture_state == "active"):
+    if count := _count(conn, index_status, index_status.c.capture_state == CaptureState.ACTIVE):
         blockers.append(f"capture is active on {count} collection(s)")
     if blockers:
         raise DowngradeRefused("Downgrade refused: " + "; ".join(blockers) + ".")

@@ -9,6 +9,7 @@ import sqlalchemy as sa
 
 from media_usage_worker.domain import coverage as coverage_rules
 from media_usage_worker.domain.timestamps import seconds_between
+from media_usage_worker.domain.vocabulary import WorkState
 from repository.clock import db_now, is_due
 from repository.db import read_transaction
 from repository.schema import (
@@ -78,7 +79,7 @@ def overview(engine: sa.Engine) -> tuple[str, str, list[CollectionStatus]]:
         oldest = dict(
             conn.execute(
                 sa.select(w.collection_id, sa.func.min(w.next_attempt_at))
-                .where(w.state.in_(("pending", "retry")), is_due(w.next_attempt_at))
+                .where(w.state.in_((WorkState.PENDING, WorkState.RETRY)), is_due(w.next_attempt_at))
                 .group_by(w.collection_id)
             ).all()
         )
@@ -87,7 +88,7 @@ def overview(engine: sa.Engine) -> tuple[str, str, list[CollectionStatus]]:
             sa.select(
                 w.collection_id, w.content_id, w.last_error_code, w.attempt_count, w.updated_at
             )
-            .where(w.state == "failed")
+            .where(w.state == WorkState.FAILED)
             .order_by(w.updated_at.desc(), w.content_id.desc())
         ):
             items = failed.setdefault(item.collection_id, [])
@@ -116,10 +117,7 @@ def overview(engine: sa.Engine) -> tuple[str, str, list[CollectionStatus]]:
                 change_epoch=int(row.change_epoch or 0),
                 reconciliation_required=bool(row.reconciliation_required),
                 last_error_code=row.last_error_code,
-                work={
-                    s: counts.get(row.id, {}).get(s, 0)
-                    for s in ("pending", "retry", "leased", "failed")
-                },
+                work={s: counts.get(row.id, {}).get(s, 0) for s in WorkState},
                 oldest_due_age_seconds=round(seconds_between(due, now), 3) if due else None,
                 failed=failed.get(row.id, []),
             )

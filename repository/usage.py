@@ -11,6 +11,7 @@ from media_usage_worker.domain import coverage as coverage_rules
 from media_usage_worker.domain import validation as check
 from media_usage_worker.domain.cursor import SLUG_ORDER, decode_cursor, encode_cursor
 from media_usage_worker.domain.errors import MediaNotFound
+from media_usage_worker.domain.vocabulary import CoverageStatus
 from repository.activation import is_activation_active
 from repository.db import read_transaction
 from repository.schema import (
@@ -42,7 +43,7 @@ class Coverage:
 
     @property
     def complete(self) -> bool:
-        return self.status == "complete"
+        return self.status == CoverageStatus.COMPLETE
 
 
 @dataclass(frozen=True)

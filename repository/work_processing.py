@@ -66,7 +66,8 @@ def _lease_params(
     }
 
 
-def _due_query(state: WorkState, limit: int) -> sa.Select[Any]:
+def due_query(state: WorkState, limit: int) -> sa.Select[Any]:
+    """One state's due rows in its index order (the bench EXPLAINs these)."""
     # Each state walks its own index (work_due or work_lease) in order; LIMIT stops early.
     if state == WorkState.LEASED:
         return (
@@ -109,7 +110,7 @@ class ProcessingWork(WorkTable):
         """Up to ``limit`` due items in eligibility order (pending, retry, expired leases)."""
         limit = check.due_limit(limit)
         with read_transaction(self.bind) as conn:
-            rows = [row for state in DUE_STATES for row in conn.execute(_due_query(state, limit))]
+            rows = [row for state in DUE_STATES for row in conn.execute(due_query(state, limit))]
         return sorted((to_record(row) for row in rows), key=due_order)[:limit]
 
     def find_due_page(
@@ -122,7 +123,7 @@ class ProcessingWork(WorkTable):
         """
         if state not in DUE_STATES:
             raise InvalidArgument("Due pages exist for pending, retry and leased work only.")
-        query = _due_query(state, check.due_limit(limit))
+        query = due_query(state, check.due_limit(limit))
         if after is not None:
             query = query.where(_after(state, after))
         with read_transaction(self.bind) as conn:

@@ -6,6 +6,7 @@ The work table is split by concern (``work_processing``, ``work_operator``, ``wo
 
 from __future__ import annotations
 
+from dataclasses import fields
 from typing import Any
 
 import sqlalchemy as sa
@@ -29,22 +30,11 @@ _STATES = frozenset(state.value for state in WorkState)
 def to_record(row: sa.Row[Any]) -> WorkRecord:
     if row.state not in _STATES:
         raise MediaUsageError(f"Invalid media usage work state: {row.state!r}")
-    return WorkRecord(
-        collection_id=row.collection_id,
-        collection_slug=row.collection_slug,
-        content_id=row.content_id,
-        change_epoch=int(row.change_epoch),
-        work_version=int(row.work_version),
-        state=WorkState(row.state),
-        attempt_count=int(row.attempt_count),
-        next_attempt_at=row.next_attempt_at,
-        lease_token=row.lease_token,
-        lease_expires_at=row.lease_expires_at,
-        last_attempted_at=row.last_attempted_at,
-        last_error_code=row.last_error_code,
-        created_at=row.created_at,
-        updated_at=row.updated_at,
-    )
+    values = {f.name: getattr(row, f.name) for f in fields(WorkRecord)}
+    values["state"] = WorkState(row.state)
+    for name in ("change_epoch", "work_version", "attempt_count"):
+        values[name] = int(values[name])
+    return WorkRecord(**values)
 
 
 def reset_to_pending(change_epoch: Any) -> dict[str, Any]:

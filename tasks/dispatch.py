@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from kombu.exceptions import ChannelError
 
+from media_usage_worker.domain.vocabulary import WorkState
 from media_usage_worker.domain.work import WorkRecord
 from repository.work import MediaUsageWorkRepository
 from tasks import ledger, settings
@@ -83,7 +84,7 @@ def after_write(collection_slug: str, content_id: str) -> str | None:
         record = MediaUsageWorkRepository(get_engine()).find_work_for_content(
             collection_slug, content_id
         )
-        if record is None or record.state in ("failed", "leased"):
+        if record is None or record.state in (WorkState.FAILED, WorkState.LEASED):
             return None
         sent = send([record])
     except Exception as exc:

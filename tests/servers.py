@@ -15,9 +15,12 @@ import shutil
 import socket
 import subprocess
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+import pytest
 from mirakuru import TCPExecutor
 
 
@@ -138,3 +141,17 @@ class RedisServer:
     def stop(self) -> None:
         if self.executor is not None:
             self.executor.stop()
+
+
+def unavailable(reason: str) -> None:
+    if os.environ.get("CI"):
+        pytest.fail(f"CI requires this server: {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+def start_or_skip(server: Callable[[], Any], name: str) -> Any:
+    """Start a throwaway server; skip (fail under CI) where its binaries are missing."""
+    try:
+        return server().start()
+    except (ServerUnavailable, OSError) as exc:
+        unavailable(f"{name} unavailable: {exc}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -160,3 +161,9 @@ def drain(engine: sa.Engine, limits=None, max_rounds: int = 100) -> list:
         if not fan_out_due_work(repo, 100, process).seen:
             return results
     raise AssertionError("work did not drain")
+
+
+def examples(quick: int, thorough: int) -> int:
+    """How many examples a property test runs: ``thorough`` in CI (``.ci/run`` sets
+    ``MEDIA_USAGE_TEST_THOROUGH``), ``quick`` in the tier a developer runs before each commit."""
+    return thorough if os.environ.get("MEDIA_USAGE_TEST_THOROUGH") else quick

@@ -4,30 +4,47 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-KNOWN = frozenset({"never", "running", "partial", "failed", "stale"})
+from media_usage_worker.domain.vocabulary import CoverageStatus
+
+KNOWN = frozenset(
+    {
+        CoverageStatus.NEVER,
+        CoverageStatus.RUNNING,
+        CoverageStatus.PARTIAL,
+        CoverageStatus.FAILED,
+        CoverageStatus.STALE,
+    }
+)
+# The first of these present decides a mixed aggregate.
+_DECIDING = (
+    CoverageStatus.UNKNOWN,
+    CoverageStatus.RUNNING,
+    CoverageStatus.STALE,
+    CoverageStatus.PARTIAL,
+)
 
 
 def scope_status(
     status: str | None, reconciliation_required: int | None, schema_version: int | None
-) -> str:
+) -> CoverageStatus:
     """One collection's coverage as the read side reports it."""
     if status is None:
-        return "never"
-    if status == "complete":
-        if reconciliation_required:
-            return "stale"
-        return "complete" if schema_version == 1 else "stale"
-    return status if status in KNOWN else "unknown"
+        return CoverageStatus.NEVER
+    if status == CoverageStatus.COMPLETE:
+        if reconciliation_required or schema_version != 1:
+            return CoverageStatus.STALE
+        return CoverageStatus.COMPLETE
+    return CoverageStatus(status) if status in KNOWN else CoverageStatus.UNKNOWN
 
 
-def aggregate(statuses: Sequence[str]) -> str:
-    if all(s == "complete" for s in statuses):
-        return "complete"
-    for status in ("unknown", "running", "stale", "partial"):
+def aggregate(statuses: Sequence[str]) -> CoverageStatus:
+    if all(s == CoverageStatus.COMPLETE for s in statuses):
+        return CoverageStatus.COMPLETE
+    for status in _DECIDING:
         if status in statuses:
             return status
-    if all(s == "never" for s in statuses):
-        return "never"
-    if all(s == "failed" for s in statuses):
-        return "failed"
-    return "partial"
+    if all(s == CoverageStatus.NEVER for s in statuses):
+        return CoverageStatus.NEVER
+    if all(s == CoverageStatus.FAILED for s in statuses):
+        return CoverageStatus.FAILED
+    return CoverageStatus.PARTIAL

@@ -76,6 +76,19 @@ def check_message(
     """
     if not isinstance(headers, Mapping):
         raise InvalidMessage("headers are not a mapping (protocol 1 or not a Celery message)")
+    task, task_id = _task_identity(headers, checks, known_tasks)
+    _check_content(content_type, content_encoding, headers)
+    args, kwargs, embed = _decode_body(body)
+    own = task in checks
+    cleaned = _clean_headers(headers, limits, own_task=own)
+    if own:
+        _check_own_arguments(checks[task], args, kwargs, embed)
+    return Accepted(task=task, task_id=task_id, headers=cleaned)
+
+
+def _task_identity(
+    headers: Mapping[Any, Any], checks: Mapping[str, ArgumentCheck], known_tasks: Container[str]
+) -> tuple[str, str]:
     task = headers.get("task")
     if not isinstance(task, str) or not task or len(task) > MAX_HEADER_TEXT:
         raise InvalidMessage("the task header is missing or not a short string")
@@ -84,23 +97,29 @@ def check_message(
         raise InvalidMessage("the id header is missing or malformed")
     if task not in checks and task not in known_tasks:
         raise InvalidMessage(f"unknown task {task!r}")
+    return task, task_id
+
+
+def _check_content(
+    content_type: object, content_encoding: object, headers: Mapping[Any, Any]
+) -> None:
     if content_type != JSON_CONTENT_TYPE:
         raise InvalidMessage("the content type is not application/json")
     if not isinstance(content_encoding, str) or content_encoding.lower() not in UTF8_ENCODINGS:
         raise InvalidMessage("the content encoding is not utf-8")
     if headers.get("compression") is not None:
         raise InvalidMessage("compressed bodies are not accepted")
-    args, kwargs, embed = _decode_body(body)
-    own = task in checks
-    cleaned = _clean_headers(headers, limits, own_task=own)
-    if own:
-        if any(embed.get(key) for key in _EMBED_KEYS):
-            raise InvalidMessage("callbacks, chains and chords are not accepted")
-        try:
-            checks[task](args, kwargs)
-        except InvalidArgument as exc:
-            raise InvalidMessage(f"invalid arguments: {exc}") from None
-    return Accepted(task=task, task_id=task_id, headers=cleaned)
+
+
+def _check_own_arguments(
+    check: ArgumentCheck, args: list[Any], kwargs: dict[str, Any], embed: dict[str, Any]
+) -> None:
+    if any(embed.get(key) for key in _EMBED_KEYS):
+        raise InvalidMessage("callbacks, chains and chords are not accepted")
+    try:
+        check(args, kwargs)
+    except InvalidArgument as exc:
+        raise InvalidMessage(f"invalid arguments: {exc}") from None
 
 
 def check_envelope(raw: object) -> None:
@@ -113,11 +132,20 @@ def check_envelope(raw: object) -> None:
     properties = raw.get("properties")
     if not isinstance(properties, dict):
         raise InvalidMessage("the envelope has no properties")
+    _check_envelope_properties(properties)
+    _check_envelope_headers(raw)
+    _check_envelope_body(raw.get("body"), properties.get("body_encoding"))
+
+
+def _check_envelope_properties(properties: dict[str, Any]) -> None:
     tag = properties.get("delivery_tag")
     if not isinstance(tag, str) or not _TASK_ID.fullmatch(tag):
         raise InvalidMessage("the envelope's delivery tag is missing or malformed")
     if not isinstance(properties.get("delivery_info", {}), dict):
         raise InvalidMessage("the envelope's delivery info is not a mapping")
+
+
+def _check_envelope_headers(raw: dict[str, Any]) -> None:
     headers = raw.get("headers")
     if not isinstance(headers, dict | None):
         raise InvalidMessage("the envelope's headers are not a mapping")
@@ -127,7 +155,9 @@ def check_envelope(raw: object) -> None:
     for key in ("content-type", "content-encoding"):
         if not isinstance(raw.get(key), str | None):
             raise InvalidMessage(f"the envelope's {key} is not text")
-    body, encoding = raw.get("body"), properties.get("body_encoding")
+
+
+def _check_envelope_body(body: object, encoding: object) -> None:
     if not isinstance(body, str | None):
         raise InvalidMessage("the envelope's body is not text")
     if body and len(body) > 2 * MAX_BODY_BYTES:

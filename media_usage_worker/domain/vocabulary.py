@@ -24,13 +24,9 @@ class WorkState(StrEnum):
 DUE_STATES = (WorkState.LEASED, WorkState.RETRY, WorkState.PENDING)
 
 
-class ReconciliationState(StrEnum):
-    """``_emdash_media_usage_reconciliations.state``."""
-
-    PENDING = "pending"
-    RETRY = "retry"
-    LEASED = "leased"
-    FAILED = "failed"
+# ``_emdash_media_usage_reconciliations.state``: a coordinator row is leased, retried and
+# failed exactly as a work row is, with the same four values.
+ReconciliationState = WorkState
 
 
 class ReconciliationPhase(StrEnum):

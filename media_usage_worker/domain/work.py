@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from media_usage_worker.domain.vocabulary import RetryOutcome, WorkState
 
@@ -70,18 +70,7 @@ class OperatorWorkItem:
 
     @classmethod
     def from_record(cls, record: WorkRecord) -> OperatorWorkItem:
-        return cls(
-            collection_id=record.collection_id,
-            collection_slug=record.collection_slug,
-            content_id=record.content_id,
-            state=record.state,
-            attempt_count=record.attempt_count,
-            next_attempt_at=record.next_attempt_at,
-            lease_expires_at=record.lease_expires_at,
-            last_attempted_at=record.last_attempted_at,
-            last_error_code=record.last_error_code,
-            updated_at=record.updated_at,
-        )
+        return cls(**{f.name: getattr(record, f.name) for f in fields(cls)})
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ CANDIDATES_PER_ROUND = 4
 @dataclass(frozen=True)
 class StepReport:
     collection_slug: str
-    phase: str
+    phase: ReconciliationPhase
     action: str  # started, enqueued, waiting, sources, completed, restarted, failed, deferred
     enqueued: int = 0
 
@@ -99,7 +99,9 @@ class Reconciler:
             scan_cursor=None, scan_upper_id=run.scan_upper_id, source_cursor=None,
             source_upper_key=None,
         )  # fmt: skip
-        return StepReport(c.collection_slug, "scan", "restarted" if restarted else "started")
+        return StepReport(
+            c.collection_slug, ReconciliationPhase.SCAN, "restarted" if restarted else "started"
+        )
 
     def _enqueue(self, c: Coordinator, phase: ReconciliationPhase, ids: list[str]) -> None:
         assert c.lease_token is not None and c.target_epoch is not None
@@ -122,7 +124,7 @@ class Reconciler:
                     content_id=content_id, change_epoch=c.target_epoch,
                 )  # fmt: skip
             store.release(self.engine, c, 0, scan_cursor=ids[-1])
-            return StepReport(c.collection_slug, "scan", "enqueued", len(ids))
+            return StepReport(c.collection_slug, ReconciliationPhase.SCAN, "enqueued", len(ids))
         barrier = self._work_barrier(c)
         if barrier is not None:
             return barrier
@@ -130,7 +132,7 @@ class Reconciler:
             self.engine, c, 0, phase=ReconciliationPhase.SOURCES, source_cursor=None,
             source_upper_key=store.source_upper_key(self.engine, c),
         )  # fmt: skip
-        return StepReport(c.collection_slug, "sources", "sources")
+        return StepReport(c.collection_slug, ReconciliationPhase.SOURCES, "sources")
 
     def _sources(self, c: Coordinator) -> StepReport:
         keys = store.source_page(self.engine, c, PAGE)
@@ -141,12 +143,12 @@ class Reconciler:
             if gone:
                 self._enqueue(c, ReconciliationPhase.SOURCES, gone)
             store.release(self.engine, c, 0, source_cursor=keys[-1][0])
-            return StepReport(c.collection_slug, "sources", "enqueued", len(gone))
+            return StepReport(c.collection_slug, ReconciliationPhase.SOURCES, "enqueued", len(gone))
         barrier = self._work_barrier(c)
         if barrier is not None:
             return barrier
         if store.finalize(self.engine, c):
-            return StepReport(c.collection_slug, "sources", "completed")
+            return StepReport(c.collection_slug, ReconciliationPhase.SOURCES, "completed")
         return self._start(c, restarted=True)
 
     def _work_barrier(self, c: Coordinator) -> StepReport | None:

@@ -8,6 +8,8 @@ whose projection changed, all under the projection repository's compare-and-sets
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
+from typing import Any
 
 from media_usage_worker.domain.content_model import FieldDefinition
 from media_usage_worker.domain.errors import EntryTooLarge, FieldDiscoveryError
@@ -75,16 +77,9 @@ def _attempt(
     state = projection.read_entry_state(bind, entry, _columns_to_read)
     if not state.collection_present:
         return RefreshCode.GENERATION_CONFLICT
-    observed = state.observed
     if state.row is None:
         # The entry is gone: remove its sources, but only while it stays gone.
-        for source in observed.values():
-            if not projection.delete_source_if_matching(
-                bind, source, content_absent=True, lease=lease
-            ):
-                return RefreshCode.GENERATION_CONFLICT
-        return None
-
+        return _remove(bind, state.observed.values(), lease, content_absent=True)
     snapshots = build_snapshots(
         collection_id=entry.collection_id,
         collection_slug=entry.collection_slug,
@@ -96,27 +91,50 @@ def _attempt(
     )
     if snapshots.draft_error is not None:
         return snapshots.draft_error
-    if _over_limits(snapshots, observed, limits):
+    if _over_limits(snapshots, state.observed, limits):
         return RefreshCode.RESOURCE_LIMIT
+    code = _write_changed(bind, snapshots, state.observed, lease)
+    if code is not None:
+        return code
+    wanted = {snapshot.variant for snapshot in snapshots.snapshots}
+    unwanted = [source for variant, source in state.observed.items() if variant not in wanted]
+    return _remove(bind, unwanted, lease, content_absent=False)
+
+
+def _write_changed(
+    bind: Bind,
+    snapshots: SnapshotSet,
+    observed: dict[str, dict[str, Any]],
+    lease: Lease | None,
+) -> RefreshCode | None:
+    """Write each snapshot whose projection changed; an unchanged one must still be as read."""
     for snapshot in snapshots.snapshots:
         current = observed.get(snapshot.variant)
         if current is not None and projection.is_unchanged(snapshot, current):
-            if projection.still_unchanged(bind, snapshot, current):
-                continue
+            if not projection.still_unchanged(bind, snapshot, current):
+                return RefreshCode.GENERATION_CONFLICT
+        elif not projection.replace_source_if_matching(bind, snapshot, current, lease):
             return RefreshCode.GENERATION_CONFLICT
-        if not projection.replace_source_if_matching(bind, snapshot, current, lease):
-            return RefreshCode.GENERATION_CONFLICT
-    wanted = {snapshot.variant for snapshot in snapshots.snapshots}
-    for variant, source in observed.items():
-        if variant not in wanted and not projection.delete_source_if_matching(
-            bind, source, content_absent=False, lease=lease
+    return None
+
+
+def _remove(
+    bind: Bind,
+    sources: Iterable[dict[str, Any]],
+    lease: Lease | None,
+    *,
+    content_absent: bool,
+) -> RefreshCode | None:
+    for source in sources:
+        if not projection.delete_source_if_matching(
+            bind, source, content_absent=content_absent, lease=lease
         ):
             return RefreshCode.GENERATION_CONFLICT
     return None
 
 
 def _over_limits(
-    snapshots: SnapshotSet, observed: dict[str, dict[str, object]], limits: Limits
+    snapshots: SnapshotSet, observed: dict[str, dict[str, Any]], limits: Limits
 ) -> bool:
     """Only projections that would be written count against the item's limits."""
     changed = [

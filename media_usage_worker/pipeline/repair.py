@@ -65,6 +65,31 @@ class _Tally:
         return CoverageStatus.FAILED if not self.indexed else CoverageStatus.PARTIAL
 
 
+def _rescan_entries(
+    engine: Engine, collection_id: str, slug: str, limits: Limits, tally: _Tally, total: int,
+    progress: Callable[[int, int], None] | None,
+) -> list[str]:  # fmt: skip
+    """Refresh every entry page by page; returns the ids that cannot be indexed."""
+    unusable: list[str] = []
+    done = 0
+    after: str | None = None
+    while ids := repairs.content_id_page(engine, slug, after, PAGE):
+        usable, unusable_ids = split_usable(ids, lambda content_id: content_id)
+        if unusable_ids:
+            unusable += unusable_ids
+            tally.failed += len(unusable_ids)
+            tally.first_error = tally.first_error or ErrorCode.UNUSABLE_CONTENT_ID
+        for content_id in usable:
+            tally.count(
+                refresh_entry(engine, ContentEntry(collection_id, slug, content_id), limits)
+            )
+        done += len(ids)
+        after = ids[-1]
+        if progress:
+            progress(done, total)
+    return unusable
+
+
 def repair_collection(
     engine: Engine,
     slug: str,
@@ -79,24 +104,8 @@ def repair_collection(
     epoch, total = repairs.begin_repair(engine, collection.id, slug, run_token)
     limits = limits or Limits()
     tally = _Tally()
-    unusable: list[str] = []  # ids the host stored that cannot be indexed (kept as failed work)
-    done = 0
-    after: str | None = None
-    while ids := repairs.content_id_page(engine, slug, after, PAGE):
-        usable, unusable_ids = split_usable(ids, lambda content_id: content_id)
-        if unusable_ids:
-            unusable += unusable_ids
-            tally.failed += len(unusable_ids)
-            tally.first_error = tally.first_error or ErrorCode.UNUSABLE_CONTENT_ID
-        for content_id in usable:
-            tally.count(
-                refresh_entry(engine, ContentEntry(collection.id, slug, content_id), limits)
-            )
-        done += len(ids)
-        after = ids[-1]
-        if progress:
-            progress(done, total)
-
+    # Ids the host stored that cannot be indexed: kept as failed work.
+    unusable = _rescan_entries(engine, collection.id, slug, limits, tally, total, progress)
     # Entries that vanished: their sources go (guarded: only while they stay gone).
     for content_id in repairs.orphaned_content_ids(engine, collection.id, slug):
         code = refresh_entry(engine, ContentEntry(collection.id, slug, content_id), limits)

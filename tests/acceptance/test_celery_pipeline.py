@@ -13,13 +13,13 @@ import sqlalchemy as sa
 from celery.signals import task_success
 
 from repository.work import MediaUsageWorkRepository
-from tests.acceptance.conftest import Processes, wait_for, work_rows
 from tests.index_oracle import (
     actual_index,
     actual_source_keys,
     expected_index,
     expected_source_keys,
 )
+from tests.processes import Processes, wait_for, work_rows
 from tests.support import (
     PAST,
     SAMPLE_FIELDS,
@@ -33,13 +33,13 @@ from tests.support import (
 
 
 @pytest.fixture
-def posts(engine):
-    return active_collection(engine, "posts", SAMPLE_FIELDS)
+def posts(db):
+    return active_collection(db, "posts", SAMPLE_FIELDS)
 
 
-def write_entries(engine: sa.Engine, count: int, prefix: str = "e") -> None:
+def write_entries(db: sa.Engine, count: int, prefix: str = "e") -> None:
     rng = random.Random(count)
-    with engine.begin() as conn:
+    with db.begin() as conn:
         for i in range(count):
             gallery = [{"image": f"m{rng.randrange(20)}"} for _ in range(rng.randrange(4))]
             conn.execute(
@@ -53,14 +53,14 @@ def write_entries(engine: sa.Engine, count: int, prefix: str = "e") -> None:
             )
 
 
-def assert_index_is_exact(engine: sa.Engine) -> None:
-    assert work_rows(engine) == 0
-    assert actual_index(engine) == expected_index(engine)
-    assert actual_source_keys(engine) == expected_source_keys(engine)
+def assert_index_is_exact(db: sa.Engine) -> None:
+    assert work_rows(db) == 0
+    assert actual_index(db) == expected_index(db)
+    assert actual_source_keys(db) == expected_source_keys(db)
 
 
-def drained(engine: sa.Engine, entries: int) -> bool:
-    return work_rows(engine) == 0 and len(actual_source_keys(engine)) >= entries
+def drained(db: sa.Engine, entries: int) -> bool:
+    return work_rows(db) == 0 and len(actual_source_keys(db)) >= entries
 
 
 class Outcomes:
@@ -85,29 +85,27 @@ def outcomes():
 
 
 def test_in_process_worker_indexes_entries_written_by_plain_sql(
-    engine, posts, celery_worker, outcomes
+    db, posts, celery_worker, outcomes
 ) -> None:
     from tasks.work import tick
 
-    write_entries(engine, 200)
+    write_entries(db, 200)
 
     def ticked_and_drained() -> bool:
         tick.apply_async()
-        return drained(engine, 200)
+        return drained(db, 200)
 
     wait_for(ticked_and_drained, timeout=120, interval=1.0)
-    assert_index_is_exact(engine)
+    assert_index_is_exact(db)
     completed = [o for o in outcomes.items if o["outcome"] == "completed"]
     assert len(completed) == 200
 
 
-def test_every_item_sent_five_times_is_processed_once(
-    engine, posts, celery_worker, outcomes
-) -> None:
+def test_every_item_sent_five_times_is_processed_once(db, posts, celery_worker, outcomes) -> None:
     from tasks.work import process_work
 
-    write_entries(engine, 40)
-    due = MediaUsageWorkRepository(engine).find_due_work(100)
+    write_entries(db, 40)
+    due = MediaUsageWorkRepository(db).find_due_work(100)
     assert len(due) == 40
     for _ in range(5):
         for item in due:
@@ -117,7 +115,7 @@ def test_every_item_sent_five_times_is_processed_once(
     for outcome in outcomes.items:
         by_item.setdefault(outcome["content_id"], []).append(outcome["outcome"])
     assert all(sorted(v) == ["claim_lost"] * 4 + ["completed"] for v in by_item.values()), by_item
-    assert_index_is_exact(engine)
+    assert_index_is_exact(db)
 
 
 # Well-formed messages for items that do not exist or versions that never were: the claim
@@ -142,7 +140,7 @@ FORGED_INVALID = [
 
 
 def test_forged_messages_change_nothing_and_the_worker_keeps_going(
-    engine, posts, celery_worker, outcomes, caplog
+    db, posts, celery_worker, outcomes, caplog
 ) -> None:
     import logging
 
@@ -153,8 +151,8 @@ def test_forged_messages_change_nothing_and_the_worker_keeps_going(
     message_log = logging.getLogger("media_usage.messages")
     message_log.addHandler(caplog.handler)
     caplog.set_level(logging.WARNING, logger="media_usage.messages")
-    write_entries(engine, 1)
-    before = get_work(engine, posts.id, "e0000")
+    write_entries(db, 1)
+    before = get_work(db, posts.id, "e0000")
     dropped_before = dropped.snapshot()["total"]
     for collection_id, content_id, version in FORGED_INVALID + FORGED_VALID:
         if collection_id == "{collection}":
@@ -163,79 +161,79 @@ def test_forged_messages_change_nothing_and_the_worker_keeps_going(
     wait_for(lambda: len(outcomes.items) == len(FORGED_VALID), timeout=60)
     wait_for(lambda: dropped.snapshot()["total"] - dropped_before == len(FORGED_INVALID), 60)
     assert {o["outcome"] for o in outcomes.items} == {"claim_lost"}
-    assert get_work(engine, posts.id, "e0000") == before
+    assert get_work(db, posts.id, "e0000") == before
     lines = {r.getMessage() for r in caplog.records if r.name == "media_usage.messages"}
     assert len(lines) == len(FORGED_INVALID)  # one line each, naming its own message id
     assert "x" * 1000 not in caplog.text  # no echo of huge values into logs
     message_log.removeHandler(caplog.handler)
     # The worker is alive and still does real work.
     process_work.apply_async(args=(posts.id, "e0000", 1))
-    wait_for(lambda: work_rows(engine) == 0, timeout=60)
-    assert_index_is_exact(engine)
+    wait_for(lambda: work_rows(db) == 0, timeout=60)
+    assert_index_is_exact(db)
 
 
 def test_subprocess_worker_and_two_beats_survive_flush_and_kill(
-    engine, posts, processes, broker_url
+    db, posts, processes, broker_url
 ) -> None:
     """Two beats at once, a Redis FLUSHALL and a SIGKILLed worker: everything still completes."""
     processes.beat()
     processes.beat()
     first = processes.worker(concurrency=2)
-    write_entries(engine, 150, prefix="a")
-    wait_for(lambda: work_rows(engine) < 150, timeout=60)
+    write_entries(db, 150, prefix="a")
+    wait_for(lambda: work_rows(db) < 150, timeout=60)
     processes.kill(first, signal.SIGKILL)  # mid-drain: any lease it held must expire and be redone
     redis.Redis.from_url(broker_url).flushall()
-    write_entries(engine, 150, prefix="b")
+    write_entries(db, 150, prefix="b")
     processes.worker(concurrency=2)
-    wait_for(lambda: drained(engine, 300), timeout=120, interval=0.5)
-    assert_index_is_exact(engine)
+    wait_for(lambda: drained(db, 300), timeout=120, interval=0.5)
+    assert_index_is_exact(db)
     assert "Traceback" not in processes.logs()
 
 
 @pytest.mark.parametrize("dialect", ["postgresql"])  # holding a worker mid-item needs a lock
-def test_a_worker_killed_mid_item_hands_it_over_after_the_lease(engine, posts, processes) -> None:
-    write_entries(engine, 1)
-    blocker = engine.connect()
+def test_a_worker_killed_mid_item_hands_it_over_after_the_lease(db, posts, processes) -> None:
+    write_entries(db, 1)
+    blocker = db.connect()
     blocker.begin()
     # The refresh reads the field registry right after the claim: it waits here, lease held.
     blocker.execute(sa.text("LOCK TABLE _emdash_fields IN ACCESS EXCLUSIVE MODE"))
     worker = processes.worker(concurrency=1)
     processes.beat()
-    wait_for(lambda: get_work(engine, posts.id, "e0000")["state"] == "leased", timeout=60)
-    token = get_work(engine, posts.id, "e0000")["lease_token"]
+    wait_for(lambda: get_work(db, posts.id, "e0000")["state"] == "leased", timeout=60)
+    token = get_work(db, posts.id, "e0000")["lease_token"]
     processes.kill(worker)
     blocker.rollback()
     blocker.close()
     processes.worker(concurrency=1)
-    wait_for(lambda: work_rows(engine) == 0, timeout=60)
-    assert_index_is_exact(engine)
+    wait_for(lambda: work_rows(db) == 0, timeout=60)
+    assert_index_is_exact(db)
     assert token  # the killed holder had the lease; another worker completed the item
 
 
-def test_worker_and_beat_index_500_entries_within_a_minute(engine, posts, processes) -> None:
+def test_worker_and_beat_index_500_entries_within_a_minute(db, posts, processes) -> None:
     """The issue's acceptance bar: plain-SQL writes, `celery worker` + `celery beat`, 60 s."""
     processes.worker(concurrency=2)
     processes.beat()
-    write_entries(engine, 500)
-    wait_for(lambda: drained(engine, 500), timeout=60, interval=0.5)
-    assert_index_is_exact(engine)
+    write_entries(db, 500)
+    wait_for(lambda: drained(db, 500), timeout=60, interval=0.5)
+    assert_index_is_exact(db)
 
 
 def test_the_tick_restores_coverage_a_worker_killed_after_completing_left_stale(
-    engine, posts, celery_app
+    db, posts, celery_app
 ) -> None:
     """The note follows the completion's commit; a kill between the two is simulated by
     completing through the repository and sending no note. The next tick restores."""
     from tasks.work import tick
 
-    mark_coverage_complete(engine)
-    write_entries(engine, 1)
-    complete_without_note(engine, posts.id, "e0000")
-    assert status_row(engine, posts.id)["status"] == "stale"
+    mark_coverage_complete(db)
+    write_entries(db, 1)
+    complete_without_note(db, posts.id, "e0000")
+    assert status_row(db, posts.id)["status"] == "stale"
 
     summary = tick.apply().get()
     assert summary["coverage_restored"] == ["posts"] and summary["dispatched"] == 0
-    assert status_row(engine, posts.id)["status"] == "complete"
+    assert status_row(db, posts.id)["status"] == "complete"
     assert tick.apply().get()["coverage_restored"] == []
 
 
@@ -266,18 +264,18 @@ def test_worker_and_beat_started_before_the_schema_wait_with_one_line_then_work(
         assert "Traceback" not in logs and "ERROR" not in logs
 
         upgrade(database_url)
-        engine = create_engine(database_url)
-        active_collection(engine, "posts", SAMPLE_FIELDS)
-        write_entries(engine, 20)
-        wait_for(lambda: drained(engine, 20), timeout=60, interval=0.5)
-        assert_index_is_exact(engine)
-        engine.dispose()
+        db = create_engine(database_url)
+        active_collection(db, "posts", SAMPLE_FIELDS)
+        write_entries(db, 20)
+        wait_for(lambda: drained(db, 20), timeout=60, interval=0.5)
+        assert_index_is_exact(db)
+        db.dispose()
     finally:
         fleet.stop_all()
 
 
 def test_an_item_past_the_soft_limit_retries_then_fails_and_no_child_is_killed(
-    engine, posts, processes
+    db, posts, processes
 ) -> None:
     """A real prefork worker with a 1 s soft limit and an item that takes seconds (45,000
     gallery images): each attempt ends at the soft limit with attempt + 1 and
@@ -286,10 +284,10 @@ def test_an_item_past_the_soft_limit_retries_then_fails_and_no_child_is_killed(
         {"MEDIA_USAGE_TASK_SOFT_TIME_LIMIT": "1", "MEDIA_USAGE_TASK_TIME_LIMIT": "60"}
     )
     # No reconciliation: a rescan would enqueue the failed item again (by design).
-    mark_coverage_complete(engine)
+    mark_coverage_complete(db)
     gallery = json.dumps([{"image": f"m{i}"} for i in range(45_000)])
-    write_entries(engine, 3)
-    with engine.begin() as conn:
+    write_entries(db, 3)
+    with db.begin() as conn:
         conn.execute(
             sa.text("INSERT INTO ec_posts (id, gallery) VALUES ('slow', :g)"), {"g": gallery}
         )
@@ -298,20 +296,20 @@ def test_an_item_past_the_soft_limit_retries_then_fails_and_no_child_is_killed(
 
     for attempt in range(1, 6):
         wait_for(
-            lambda attempt=attempt: get_work(engine, posts.id, "slow")["attempt_count"] >= attempt,
+            lambda attempt=attempt: get_work(db, posts.id, "slow")["attempt_count"] >= attempt,
             timeout=90,
             interval=0.2,
         )
-        row = get_work(engine, posts.id, "slow")
+        row = get_work(db, posts.id, "slow")
         assert (row["attempt_count"], row["last_error_code"]) == (attempt, "MEDIA_USAGE_TIME_LIMIT")
         assert row["state"] == ("failed" if attempt == 5 else "retry")
         assert row["lease_token"] is None
         if row["state"] == "retry":  # the backoff is 30 s and more: make the retry due now
-            set_work(engine, posts.id, "slow", next_attempt_at=PAST)
+            set_work(db, posts.id, "slow", next_attempt_at=PAST)
 
-    wait_for(lambda: work_rows(engine) == 1, timeout=60)  # the three others completed
+    wait_for(lambda: work_rows(db) == 1, timeout=60)  # the three others completed
     logs = processes.logs()
     assert worker.poll() is None
     assert "exited with" not in logs and "Hard time limit" not in logs
-    status = status_row(engine, posts.id)
+    status = status_row(db, posts.id)
     assert (status["status"], status["last_error_code"]) == ("partial", "MEDIA_USAGE_TIME_LIMIT")

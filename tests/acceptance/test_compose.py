@@ -26,8 +26,8 @@ from repository.activation import activate
 from repository.db import create_engine
 from repository.migrate import current_revision
 from repository.sample_content import create_sample_collections, write_entries
-from tests.acceptance.conftest import wait_for, work_rows
 from tests.index_oracle import actual_index, expected_index
+from tests.processes import wait_for, work_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())

@@ -9,18 +9,18 @@ import sqlalchemy as sa
 
 from repository.activation import activate
 from repository.collections import CollectionRegistry
-from tests.acceptance.conftest import wait_for
 from tests.index_oracle import (
     actual_index,
     actual_source_keys,
     expected_index,
     expected_source_keys,
 )
+from tests.processes import wait_for
 from tests.support import SAMPLE_FIELDS, status_row
 
 
-def reconcile_pre_existing(engine: sa.Engine, processes, entries: int, timeout: float) -> None:
-    posts = CollectionRegistry(engine).create_collection("posts", "Posts", SAMPLE_FIELDS)
+def reconcile_pre_existing(db: sa.Engine, processes, entries: int, timeout: float) -> None:
+    posts = CollectionRegistry(db).create_collection("posts", "Posts", SAMPLE_FIELDS)
     rows = [
         {
             "id": f"e{i:05d}",
@@ -30,7 +30,7 @@ def reconcile_pre_existing(engine: sa.Engine, processes, entries: int, timeout: 
         }
         for i in range(entries)
     ]
-    with engine.begin() as conn:
+    with db.begin() as conn:
         conn.execute(
             sa.text(
                 "INSERT INTO ec_posts (id, title, hero, gallery) "
@@ -38,7 +38,7 @@ def reconcile_pre_existing(engine: sa.Engine, processes, entries: int, timeout: 
             ),
             rows,
         )
-    activate(engine)
+    activate(db)
     processes.env["MEDIA_USAGE_RECONCILE_SECONDS"] = "1"
     processes.env["MEDIA_USAGE_RECONCILE_DEFER_SECONDS"] = "1"
     # The suite's bound of 100 queued messages caps a 1 s tick at 100 items/s, about what two
@@ -46,17 +46,15 @@ def reconcile_pre_existing(engine: sa.Engine, processes, entries: int, timeout: 
     processes.env["MEDIA_USAGE_MAX_QUEUED"] = "200"
     processes.worker(concurrency=2)
     processes.beat()
-    wait_for(
-        lambda: status_row(engine, posts.id)["status"] == "complete", timeout=timeout, interval=1
-    )
-    status = status_row(engine, posts.id)
+    wait_for(lambda: status_row(db, posts.id)["status"] == "complete", timeout=timeout, interval=1)
+    status = status_row(db, posts.id)
     assert status["reconciliation_required"] == 0
-    assert len(actual_source_keys(engine)) == entries
-    assert actual_source_keys(engine) == expected_source_keys(engine)
-    assert actual_index(engine) == expected_index(engine)
+    assert len(actual_source_keys(db)) == entries
+    assert actual_source_keys(db) == expected_source_keys(db)
+    assert actual_index(db) == expected_index(db)
 
 
 @pytest.mark.timeout(900)
-def test_ten_thousand_pre_existing_entries_reach_complete_coverage(engine, processes) -> None:
+def test_ten_thousand_pre_existing_entries_reach_complete_coverage(db, processes) -> None:
     """The issue's full size: about two minutes per dialect with two worker processes."""
-    reconcile_pre_existing(engine, processes, 10_000, timeout=720)
+    reconcile_pre_existing(db, processes, 10_000, timeout=720)

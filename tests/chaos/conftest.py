@@ -10,9 +10,8 @@ import sqlalchemy as sa
 
 from repository.db import create_engine
 from repository.migrate import upgrade
-from tests.acceptance.conftest import Processes
-from tests.conftest import start_or_skip
-from tests.servers import PostgresServer, RedisServer
+from tests.processes import Processes
+from tests.servers import PostgresServer, RedisServer, start_or_skip
 
 
 @pytest.fixture

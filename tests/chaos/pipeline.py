@@ -10,9 +10,9 @@ import sqlalchemy as sa
 from repository.activation import activate
 from repository.db import create_engine
 from repository.sample_content import create_sample_collections
-from tests.acceptance.conftest import Processes, wait_for
+from repository.status import overview
 from tests.chaos import audit
-from tests.chaos.test_chaos_drain import _quiet
+from tests.processes import Processes, wait_for
 
 
 def start_audited_pipeline(url: str, fleet: Processes) -> tuple[sa.Engine, subprocess.Popen]:
@@ -23,5 +23,22 @@ def start_audited_pipeline(url: str, fleet: Processes) -> tuple[sa.Engine, subpr
     audit.install(engine)
     worker = fleet.worker(concurrency=2)
     fleet.beat()
-    wait_for(lambda: _quiet(engine), timeout=120, interval=0.5)
+    wait_for(lambda: quiet(engine), timeout=120, interval=0.5)
     return engine, worker
+
+
+def work_by_state(engine: sa.Engine) -> dict[str, int]:
+    with engine.connect() as conn:
+        return dict(
+            conn.execute(
+                sa.text("SELECT state, count(*) FROM _emdash_media_usage_work GROUP BY state")
+            ).all()
+        )
+
+
+def quiet(engine: sa.Engine) -> bool:
+    """Nothing but failed work is left and every collection's coverage is complete."""
+    if any(state != "failed" for state in work_by_state(engine)):
+        return False
+    _, _, details = overview(engine)
+    return all(d.coverage == "complete" for d in details)

@@ -14,36 +14,19 @@ from pathlib import Path
 
 import pytest
 import redis
-import sqlalchemy as sa
 
 from repository.activation import activate
 from repository.db import create_engine
 from repository.sample_content import create_sample_collections
-from repository.status import overview
-from tests.acceptance.conftest import wait_for
 from tests.chaos import audit
+from tests.chaos.pipeline import quiet, work_by_state
 from tests.chaos.writer import ContentWriter
 from tests.index_oracle import actual_index, expected_index
+from tests.processes import wait_for
 
 ENTRIES = int(os.environ.get("MEDIA_USAGE_CHAOS_ENTRIES", "1500"))
 KILL_EVERY = 2.0
 QUIESCE_DEADLINE = 240
-
-
-def _left(engine: sa.Engine) -> dict[str, int]:
-    with engine.connect() as conn:
-        return dict(
-            conn.execute(
-                sa.text("SELECT state, count(*) FROM _emdash_media_usage_work GROUP BY state")
-            ).all()
-        )
-
-
-def _quiet(engine: sa.Engine) -> bool:
-    if any(state != "failed" for state in _left(engine)):
-        return False
-    _, _, details = overview(engine)
-    return all(d.coverage == "complete" for d in details)
 
 
 @pytest.mark.timeout(600)
@@ -61,7 +44,7 @@ def test_chaos_drain_loses_nothing_and_fences_every_stale_holder(
     fleet.beat()
     # The (empty) collections' first reconciliation ends before the writes start, as it would
     # in production; from then on incremental work alone keeps coverage complete.
-    wait_for(lambda: _quiet(engine), timeout=120, interval=0.5)
+    wait_for(lambda: quiet(engine), timeout=120, interval=0.5)
     writer = ContentWriter(url, ENTRIES, per_second=20)
     rng = random.Random(3)
     events = {"flushall": 0, "redis_restart": 0, "postgres_restart": 0}
@@ -89,10 +72,10 @@ def test_chaos_drain_loses_nothing_and_fences_every_stale_holder(
     writing = time.monotonic() - started
 
     stopped = time.monotonic()
-    wait_for(lambda: _quiet(engine), timeout=QUIESCE_DEADLINE, interval=1)
+    wait_for(lambda: quiet(engine), timeout=QUIESCE_DEADLINE, interval=1)
     quiesce = time.monotonic() - stopped
 
-    left = _left(engine)
+    left = work_by_state(engine)
     report = audit.check(engine, tolerance_ms=50 if postgres else 0)
     expected = expected_index(engine)
     actual = actual_index(engine)

@@ -15,12 +15,11 @@ from kombu import Connection, Producer
 
 from media_usage_worker.domain.sample_content import sample_entries
 from repository.sample_content import write_entries
-from tests.acceptance.conftest import wait_for, work_rows
 from tests.chaos import audit
 from tests.chaos.fuzz import forgeries
-from tests.chaos.pipeline import start_audited_pipeline
-from tests.chaos.test_chaos_drain import _quiet
+from tests.chaos.pipeline import quiet, start_audited_pipeline
 from tests.index_oracle import actual_index, expected_index
+from tests.processes import wait_for, work_rows
 
 QUEUE = "media_usage"
 FUZZ = 3000
@@ -57,7 +56,7 @@ def test_malformed_messages_are_dropped_one_line_each_and_the_drain_stays_exact(
     cases = list(forgeries(random.Random(18), real, FUZZ))
     _publish(chaos_redis.url, cases)  # while the drain runs
     write_entries(engine, sample_entries(200, start=ENTRIES, seed=10))
-    wait_for(lambda: work_rows(engine) == 0 and _quiet(engine), timeout=300, interval=0.5)
+    wait_for(lambda: work_rows(engine) == 0 and quiet(engine), timeout=300, interval=0.5)
     expected_drops = sum(case.drop for case in cases)
     wait_for(lambda: _dropped_lines(fleet.logs()) >= expected_drops, timeout=60, interval=0.5)
     logs = fleet.logs()

@@ -14,10 +14,10 @@ from kombu.exceptions import ChannelError
 
 from media_usage_worker.domain.sample_content import sample_entries
 from repository.sample_content import write_entries
-from tests.acceptance.conftest import wait_for, work_rows
 from tests.chaos import audit
 from tests.chaos.pipeline import start_audited_pipeline
 from tests.index_oracle import actual_index, expected_index
+from tests.processes import wait_for, work_rows
 
 STORM = 10_000
 QUEUE = "media_usage"

@@ -23,9 +23,9 @@ import sqlalchemy as sa
 from repository.activation import activate
 from repository.db import create_engine
 from repository.sample_content import create_sample_collections
-from tests.acceptance.conftest import Processes, wait_for, work_rows
-from tests.chaos.test_chaos_drain import _quiet
+from tests.chaos.pipeline import quiet
 from tests.index_oracle import actual_index, expected_index
+from tests.processes import Processes, wait_for, work_rows
 from tests.support import WITHOUT_FILE_OVERRIDE
 
 ENTRIES = 200
@@ -72,7 +72,7 @@ def test_a_database_read_only_for_a_while_is_recovered_without_a_restart(
     activate(engine)
     worker = fleet.worker(concurrency=2, prefix=WITHOUT_FILE_OVERRIDE)
     fleet.beat()
-    wait_for(lambda: _quiet(engine), timeout=120, interval=0.5)
+    wait_for(lambda: quiet(engine), timeout=120, interval=0.5)
 
     # The host's session, opened while the database is writable: it keeps writing throughout
     # (on SQLite it also keeps the -wal and -shm files, so a read-only open succeeds).
@@ -101,7 +101,7 @@ def test_a_database_read_only_for_a_while_is_recovered_without_a_restart(
         host.close()
     errors_while_read_only = fleet.logs().count(READ_ONLY_ERRORS[dialect])
 
-    wait_for(lambda: work_rows(engine) == 0 and _quiet(engine), timeout=180, interval=0.5)
+    wait_for(lambda: work_rows(engine) == 0 and quiet(engine), timeout=180, interval=0.5)
     logs = fleet.logs()
     figures = {
         "dialect": dialect,

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from media_usage_worker.cli import main
 from media_usage_worker.domain.content_model import FieldDefinition
-from tests.support import active_collection, drain
+from tests.support import active_collection, drain, examples
 
 
 @pytest.fixture
@@ -218,10 +218,10 @@ argvs = st.one_of(
 
 def test_random_arguments_never_crash_or_change_state_on_failure(seeded) -> None:
     db, url, _ = seeded
-    examples = 60 if db.dialect.name == "sqlite" else 25
+    count = examples(30, 60) if db.dialect.name == "sqlite" else examples(12, 25)
 
     @settings(
-        max_examples=examples,
+        max_examples=count,
         deadline=None,
         database=None,
         suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],

@@ -19,7 +19,7 @@ from tests.support import (
 
 
 @pytest.fixture
-def posts(db: sa.Engine):
+def complete_posts(db: sa.Engine):
     collection = active_collection(db, "posts", SAMPLE_FIELDS)
     mark_coverage_complete(db)
     return collection
@@ -29,42 +29,44 @@ def _write(conn: sa.Connection, content_id: str) -> None:
     conn.execute(sa.text("INSERT INTO ec_posts (id) VALUES (:i)"), {"i": content_id})
 
 
-def test_a_lost_note_is_restored_and_only_once(db, posts) -> None:
+def test_a_lost_note_is_restored_and_only_once(db, complete_posts) -> None:
     with db.begin() as conn:
         _write(conn, "e1")
-    complete_without_note(db, posts.id, "e1")
-    assert status_row(db, posts.id)["status"] == "stale"
+    complete_without_note(db, complete_posts.id, "e1")
+    assert status_row(db, complete_posts.id)["status"] == "stale"
 
     assert restore_settled_coverage(db) == ["posts"]
-    status = status_row(db, posts.id)
+    status = status_row(db, complete_posts.id)
     assert status["status"] == "complete" and status["completed_at"]
     assert status["last_incremental_success_at"] is None  # the sweep is not an item's success
     assert restore_settled_coverage(db) == []
 
 
-def test_nothing_is_restored_while_work_remains_or_a_reconciliation_is_due(db, posts) -> None:
+def test_nothing_is_restored_while_work_remains_or_a_reconciliation_is_due(
+    db, complete_posts
+) -> None:
     with db.begin() as conn:
         _write(conn, "e1")
         _write(conn, "e2")
-    complete_without_note(db, posts.id, "e1")
+    complete_without_note(db, complete_posts.id, "e1")
     assert restore_settled_coverage(db) == []  # e2 is still pending
-    complete_without_note(db, posts.id, "e2")
+    complete_without_note(db, complete_posts.id, "e2")
     with db.begin() as conn:
         conn.execute(sa.text(
             "UPDATE _emdash_media_usage_index_status SET reconciliation_required = 1"
         ))  # fmt: skip
     assert restore_settled_coverage(db) == []
-    assert status_row(db, posts.id)["status"] == "stale"
+    assert status_row(db, complete_posts.id)["status"] == "stale"
 
 
-def test_a_sweep_during_an_open_write_neither_waits_nor_restores(db, posts) -> None:
+def test_a_sweep_during_an_open_write_neither_waits_nor_restores(db, complete_posts) -> None:
     """The write's trigger holds the status row (it moved the epoch) while the sweep runs. On
     PostgreSQL the sweep skips the locked row and returns at once: a tick never waits on a host
     transaction. On SQLite it waits for the write (one writer at a time) and then sees its
     work row. Either way coverage stays ``stale``."""
     with db.begin() as conn:
         _write(conn, "e1")
-    complete_without_note(db, posts.id, "e1")
+    complete_without_note(db, complete_posts.id, "e1")
     writer = db.connect()
     writer.begin()
     _write(writer, "e2")
@@ -80,5 +82,5 @@ def test_a_sweep_during_an_open_write_neither_waits_nor_restores(db, posts) -> N
         writer.close()
         sweep.join(timeout=60)
     assert restored == [[]]
-    assert status_row(db, posts.id)["status"] == "stale"
+    assert status_row(db, complete_posts.id)["status"] == "stale"
     assert restore_settled_coverage(db) == []  # e2's work row is there now

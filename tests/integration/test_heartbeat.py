@@ -11,7 +11,7 @@ from media_usage_worker.pipeline.lease_keeper import LeaseKeeper
 from media_usage_worker.pipeline.process import Heartbeat, process_work_item
 from media_usage_worker.pipeline.refresh import refresh_entry
 from repository.work import MediaUsageWorkRepository
-from tests.acceptance.conftest import wait_for
+from tests.processes import wait_for
 from tests.support import PAST, active_collection, get_work, set_work
 
 FIELDS = [FieldDefinition("hero", "Hero", "image")]

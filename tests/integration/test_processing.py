@@ -39,7 +39,7 @@ FIELDS = [
 
 
 @pytest.fixture
-def posts(db: sa.Engine):
+def posts_with_media(db: sa.Engine):
     collection = active_collection(db, "posts", FIELDS)
     with db.begin() as conn:
         for media_id in ("m1", "m2", "m3", "m4"):
@@ -71,7 +71,7 @@ def media_ids(engine: sa.Engine) -> dict[str, list[str]]:
     return result
 
 
-def test_one_entry_through_its_lifecycle(db, posts) -> None:
+def test_one_entry_through_its_lifecycle(db, posts_with_media) -> None:
     sql(db, "INSERT INTO ec_posts (id, slug, title, hero) VALUES ('e1', 'hello', 'Hello', 'm1')")
     assert [r.outcome for r in drain(db)] == ["completed"]
     assert media_ids(db) == {"columns": ["m1"]}
@@ -120,10 +120,10 @@ def test_one_entry_through_its_lifecycle(db, posts) -> None:
         assert (
             conn.execute(sa.text("SELECT count(*) FROM _emdash_media_usage_sources")).scalar() == 0
         )
-    assert get_work(db, posts.id, "e1") is None
+    assert get_work(db, posts_with_media.id, "e1") is None
 
 
-def test_every_live_entry_has_a_columns_source_even_without_media(db, posts) -> None:
+def test_every_live_entry_has_a_columns_source_even_without_media(db, posts_with_media) -> None:
     sql(db, "INSERT INTO ec_posts (id, title) VALUES ('plain', 'no media here')")
     drain(db)
     with db.connect() as conn:
@@ -133,10 +133,12 @@ def test_every_live_entry_has_a_columns_source_even_without_media(db, posts) -> 
                 "FROM _emdash_media_usage_sources"
             )
         ).all()
-    assert rows == [(f"content:{posts.id}:plain:columns", posts.id, 1, "complete")]
+    assert rows == [
+        (f"content:{posts_with_media.id}:plain:columns", posts_with_media.id, 1, "complete")
+    ]
 
 
-def test_unchanged_projection_keeps_its_generation(db, posts) -> None:
+def test_unchanged_projection_keeps_its_generation(db, posts_with_media) -> None:
     sql(db, "INSERT INTO ec_posts (id, hero) VALUES ('e1', 'm1')")
     drain(db)
     with db.connect() as conn:
@@ -157,11 +159,13 @@ def test_unchanged_projection_keeps_its_generation(db, posts) -> None:
     assert after == before and generations == [before[0]]
 
 
-def test_an_older_read_finishing_last_cannot_overwrite_the_newer_result(db, posts) -> None:
+def test_an_older_read_finishing_last_cannot_overwrite_the_newer_result(
+    db, posts_with_media
+) -> None:
     sql(db, "INSERT INTO ec_posts (id, hero) VALUES ('e1', 'm1')")
-    entry = ContentEntry(posts.id, "posts", "e1")
+    entry = ContentEntry(posts_with_media.id, "posts", "e1")
     with db.connect() as conn:
-        fields = load_fields(conn, posts.id)
+        fields = load_fields(conn, posts_with_media.id)
     from media_usage_worker.domain.extraction import extraction_fields
     from media_usage_worker.domain.snapshots import build_snapshots
 
@@ -172,7 +176,7 @@ def test_an_older_read_finishing_last_cannot_overwrite_the_newer_result(db, post
                 conn, entry, ["hero", "doc", "gallery", "body", "title"]
             )
         snapshot = build_snapshots(
-            collection_id=posts.id,
+            collection_id=posts_with_media.id,
             collection_slug="posts",
             fields=extraction_fields(fields),
             row=row,
@@ -194,7 +198,7 @@ def test_an_older_read_finishing_last_cannot_overwrite_the_newer_result(db, post
     assert actual_index(db) == expected_index(db)
 
 
-def test_a_fenced_worker_result_is_superseded(db, posts) -> None:
+def test_a_fenced_worker_result_is_superseded(db, posts_with_media) -> None:
     sql(db, "INSERT INTO ec_posts (id, hero) VALUES ('e1', 'm1')")
 
     def refresh_then_write_again(engine, entry, limits, fence):
@@ -204,18 +208,18 @@ def test_a_fenced_worker_result_is_superseded(db, posts) -> None:
 
     result = process_work_item(
         db,
-        collection_id=posts.id,
+        collection_id=posts_with_media.id,
         content_id="e1",
         work_version=1,
         refresh=refresh_then_write_again,
     )
     assert result.outcome == "superseded"
-    assert get_work(db, posts.id, "e1")["work_version"] == 2
+    assert get_work(db, posts_with_media.id, "e1")["work_version"] == 2
     drain(db)
     assert media_ids(db) == {"columns": ["m2"]}
 
 
-def test_a_broken_draft_retries_then_fails_and_coverage_is_partial(db, posts) -> None:
+def test_a_broken_draft_retries_then_fails_and_coverage_is_partial(db, posts_with_media) -> None:
     sql(
         db,
         "INSERT INTO revisions (id, collection, entry_id, data) "
@@ -229,16 +233,16 @@ def test_a_broken_draft_retries_then_fails_and_coverage_is_partial(db, posts) ->
         (item,) = repo.find_due_work(10)
         assert item.attempt_count == attempt
         result = process_work_item(
-            db, collection_id=posts.id, content_id="e1", work_version=item.work_version
+            db, collection_id=posts_with_media.id, content_id="e1", work_version=item.work_version
         )
         outcomes.append((result.outcome, result.error_code))
-        set_work(db, posts.id, "e1", next_attempt_at=PAST)  # time passes
+        set_work(db, posts_with_media.id, "e1", next_attempt_at=PAST)  # time passes
     assert outcomes == [("retry", "MEDIA_USAGE_SNAPSHOT_FAILED")] * 4 + [
         ("failed", "MEDIA_USAGE_SNAPSHOT_FAILED")
     ]
-    row = get_work(db, posts.id, "e1")
+    row = get_work(db, posts_with_media.id, "e1")
     assert (row["state"], row["attempt_count"]) == ("failed", 5)
-    status = status_row(db, posts.id)
+    status = status_row(db, posts_with_media.id)
     assert (status["status"], status["last_error_code"]) == (
         "partial",
         "MEDIA_USAGE_SNAPSHOT_FAILED",
@@ -247,7 +251,7 @@ def test_a_broken_draft_retries_then_fails_and_coverage_is_partial(db, posts) ->
     assert media_ids(db) == {}  # nothing written for a broken snapshot
 
 
-def test_retry_delays_follow_the_backoff(db, posts) -> None:
+def test_retry_delays_follow_the_backoff(db, posts_with_media) -> None:
     sql(
         db,
         "INSERT INTO revisions (id, collection, entry_id, data) "
@@ -255,7 +259,7 @@ def test_retry_delays_follow_the_backoff(db, posts) -> None:
     )
     sql(db, "INSERT INTO ec_posts (id, draft_revision_id) VALUES ('e1', 'bad')")
     result = process_work_item(
-        db, collection_id=posts.id, content_id="e1", work_version=1, rand=lambda: 0.0
+        db, collection_id=posts_with_media.id, content_id="e1", work_version=1, rand=lambda: 0.0
     )
     assert result.outcome == "retry"
     with db.connect() as conn:
@@ -268,48 +272,50 @@ def test_retry_delays_follow_the_backoff(db, posts) -> None:
     assert 29.9 <= (parse(seconds[0]) - parse(seconds[1])).total_seconds() <= 30.1
 
 
-def test_resource_limit_fails_at_once(db, posts) -> None:
+def test_resource_limit_fails_at_once(db, posts_with_media) -> None:
     gallery = json.dumps([{"image": f"m{i}"} for i in range(20)])
     sql(db, "INSERT INTO ec_posts (id, gallery) VALUES ('big', :g)", g=gallery)
     (result,) = drain(db, limits=Limits(max_occurrences=12))
     assert (result.outcome, result.error_code) == ("failed", "MEDIA_USAGE_RESOURCE_LIMIT")
-    assert get_work(db, posts.id, "big")["attempt_count"] == 1
+    assert get_work(db, posts_with_media.id, "big")["attempt_count"] == 1
     sql(db, "INSERT INTO ec_posts (id, hero) VALUES ('small', 'm1')")
     (result,) = drain(db, limits=Limits(max_index_bytes=200))
     assert (result.outcome, result.error_code) == ("failed", "MEDIA_USAGE_RESOURCE_LIMIT")
     assert media_ids(db) == {}
 
 
-def test_default_limits_take_a_real_page(db, posts) -> None:
+def test_default_limits_take_a_real_page(db, posts_with_media) -> None:
     gallery = json.dumps([{"image": f"m{i}"} for i in range(500)])
     sql(db, "INSERT INTO ec_posts (id, gallery) VALUES ('big', :g)", g=gallery)
     assert [r.outcome for r in drain(db)] == ["completed"]
     assert len(actual_index(db)) == 500
 
 
-def test_deleted_collection_makes_work_obsolete(db, posts) -> None:
+def test_deleted_collection_makes_work_obsolete(db, posts_with_media) -> None:
     sql(db, "INSERT INTO ec_posts (id) VALUES ('e1')")
     sql(db, "UPDATE _emdash_collections SET slug = 'renamed'")
-    result = process_work_item(db, collection_id=posts.id, content_id="e1", work_version=1)
+    result = process_work_item(
+        db, collection_id=posts_with_media.id, content_id="e1", work_version=1
+    )
     assert result.outcome == "obsolete"
-    assert get_work(db, posts.id, "e1") is None
+    assert get_work(db, posts_with_media.id, "e1") is None
 
 
-def test_success_restores_complete_coverage_only_when_drained(db, posts) -> None:
+def test_success_restores_complete_coverage_only_when_drained(db, posts_with_media) -> None:
     mark_coverage_complete(db)
     sql(db, "INSERT INTO ec_posts (id) VALUES ('e1')")
     sql(db, "INSERT INTO ec_posts (id) VALUES ('e2')")
-    assert status_row(db, posts.id)["status"] == "stale"
-    process_work_item(db, collection_id=posts.id, content_id="e1", work_version=1)
-    status = status_row(db, posts.id)
+    assert status_row(db, posts_with_media.id)["status"] == "stale"
+    process_work_item(db, collection_id=posts_with_media.id, content_id="e1", work_version=1)
+    status = status_row(db, posts_with_media.id)
     assert status["status"] == "stale" and status["last_incremental_success_at"]
-    process_work_item(db, collection_id=posts.id, content_id="e2", work_version=1)
-    assert status_row(db, posts.id)["status"] == "complete"
+    process_work_item(db, collection_id=posts_with_media.id, content_id="e2", work_version=1)
+    assert status_row(db, posts_with_media.id)["status"] == "complete"
     coverage, count = usage_count(db, "m1")
     assert coverage.status == "complete" and count == 0
 
 
-def test_usage_is_unknown_until_coverage_is_complete(db, posts) -> None:
+def test_usage_is_unknown_until_coverage_is_complete(db, posts_with_media) -> None:
     sql(db, "INSERT INTO ec_posts (id, hero) VALUES ('e1', 'm1')")
     drain(db)
     coverage, count = usage_count(db, "m1")
@@ -318,7 +324,7 @@ def test_usage_is_unknown_until_coverage_is_complete(db, posts) -> None:
         usage_page(db, "nope")
 
 
-def test_usage_listing_pages_by_entry(db, posts) -> None:
+def test_usage_listing_pages_by_entry(db, posts_with_media) -> None:
     for i in range(5):
         sql(
             db,
@@ -356,9 +362,9 @@ def test_usage_listing_pages_by_entry(db, posts) -> None:
         usage_page(db, "m1", cursor=first.next_cursor[:-2])
 
 
-def test_process_validates_message_arguments_before_writing(db, posts) -> None:
+def test_process_validates_message_arguments_before_writing(db, posts_with_media) -> None:
     sql(db, "INSERT INTO ec_posts (id) VALUES ('e1')")
-    before = get_work(db, posts.id, "e1")
+    before = get_work(db, posts_with_media.id, "e1")
     for bad in (
         {"work_version": "1; drop"},
         {"work_version": True},
@@ -366,12 +372,14 @@ def test_process_validates_message_arguments_before_writing(db, posts) -> None:
         {"collection_id": None},
         {"work_version": -1},
     ):
-        args = {"collection_id": posts.id, "content_id": "e1", "work_version": 1} | bad
+        args = {"collection_id": posts_with_media.id, "content_id": "e1", "work_version": 1} | bad
         with pytest.raises(ValueError):
             process_work_item(db, **args)
-    assert get_work(db, posts.id, "e1") == before
+    assert get_work(db, posts_with_media.id, "e1") == before
     assert (
-        process_work_item(db, collection_id=posts.id, content_id="e1", work_version=7).outcome
+        process_work_item(
+            db, collection_id=posts_with_media.id, content_id="e1", work_version=7
+        ).outcome
         == "claim_lost"
     )
 
@@ -380,7 +388,9 @@ class OutOfTime(Exception):
     """Stands in for Celery's SoftTimeLimitExceeded, raised inside the refresh."""
 
 
-def test_an_item_past_the_soft_limit_retries_with_an_attempt_more_then_fails(db, posts) -> None:
+def test_an_item_past_the_soft_limit_retries_with_an_attempt_more_then_fails(
+    db, posts_with_media
+) -> None:
     sql(db, "INSERT INTO ec_posts (id, hero) VALUES ('e1', 'm1')")
     mark_coverage_complete(db)
 
@@ -395,22 +405,22 @@ def test_an_item_past_the_soft_limit_retries_with_an_attempt_more_then_fails(db,
         (item,) = repo.find_due_work(10)
         assert item.attempt_count == attempt
         result = process_work_item(
-            db, collection_id=posts.id, content_id="e1", work_version=item.work_version,
+            db, collection_id=posts_with_media.id, content_id="e1", work_version=item.work_version,
             refresh=too_slow, interrupts=(OutOfTime,),
         )  # fmt: skip
         outcomes.append((result.outcome, result.error_code))
-        set_work(db, posts.id, "e1", next_attempt_at=PAST)  # time passes
+        set_work(db, posts_with_media.id, "e1", next_attempt_at=PAST)  # time passes
     assert outcomes == [("retry", "MEDIA_USAGE_TIME_LIMIT")] * 4 + [
         ("failed", "MEDIA_USAGE_TIME_LIMIT")
     ]
-    row = get_work(db, posts.id, "e1")
+    row = get_work(db, posts_with_media.id, "e1")
     assert (row["state"], row["attempt_count"], row["lease_token"]) == ("failed", 5, None)
-    assert status_row(db, posts.id)["status"] == "partial"
+    assert status_row(db, posts_with_media.id)["status"] == "partial"
 
 
-def test_refresh_entry_lets_the_interrupt_through(db, posts) -> None:
+def test_refresh_entry_lets_the_interrupt_through(db, posts_with_media) -> None:
     sql(db, "INSERT INTO ec_posts (id, hero) VALUES ('e1', 'm1')")
-    entry = ContentEntry(posts.id, "posts", "e1")
+    entry = ContentEntry(posts_with_media.id, "posts", "e1")
 
     class Broken:  # any attribute access raises, as a signal mid-statement would
         def __getattr__(self, name):

@@ -16,7 +16,7 @@ from tests.index_oracle import (
     expected_source_keys,
 )
 from tests.integration.test_processing import FIELDS
-from tests.support import active_collection, drain
+from tests.support import active_collection, drain, examples
 
 media = st.sampled_from(["m1", "m2", "m3", "  m4 ", "dir/x", "https://cdn/x.png", "", "m5"])
 mime = st.sampled_from([None, "image/png", "application/pdf; charset=x", "video/mp4", "weird", 7])
@@ -85,15 +85,16 @@ def encode(value):
 
 
 @pytest.fixture
-def posts(db: sa.Engine):
+def posts_with_fields(db: sa.Engine):
     return active_collection(db, "posts", FIELDS)
 
 
-def test_random_entries_index_equals_a_fresh_extraction(db: sa.Engine, posts) -> None:
+def test_random_entries_index_equals_a_fresh_extraction(db: sa.Engine, posts_with_fields) -> None:
     batch = {"n": 0}
+    runs = examples(5, 10)
 
     @settings(
-        max_examples=10,
+        max_examples=runs,
         deadline=None,
         database=None,
         suppress_health_check=[
@@ -144,7 +145,7 @@ def test_random_entries_index_equals_a_fresh_extraction(db: sa.Engine, posts) ->
 
     check()
     with db.connect() as conn:
-        assert conn.execute(sa.text("SELECT count(*) FROM ec_posts")).scalar_one() == 1000
+        assert conn.execute(sa.text("SELECT count(*) FROM ec_posts")).scalar_one() == 100 * runs
         assert (
             conn.execute(sa.text("SELECT count(*) FROM _emdash_media_usage_work")).scalar_one() == 0
         )

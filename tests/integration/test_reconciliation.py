@@ -54,16 +54,16 @@ def converge(engine: sa.Engine, collection_id: str, rounds: int = 400) -> list[s
 
 
 @pytest.fixture
-def posts(db: sa.Engine):
+def registered_posts(db: sa.Engine):
     return CollectionRegistry(db).create_collection("posts", "Posts", FIELDS)
 
 
-def test_entries_from_before_activation_are_reconciled_to_complete(db, posts) -> None:
+def test_entries_from_before_activation_are_reconciled_to_complete(db, registered_posts) -> None:
     write(db, INSERT, entries(500))
     activate(db)
-    assert status_row(db, posts.id)["reconciliation_required"] == 1
-    actions = converge(db, posts.id)
-    status = status_row(db, posts.id)
+    assert status_row(db, registered_posts.id)["reconciliation_required"] == 1
+    actions = converge(db, registered_posts.id)
+    status = status_row(db, registered_posts.id)
     assert (status["status"], status["reconciliation_required"], status["cursor"]) == (
         "complete",
         0,
@@ -81,20 +81,22 @@ def test_entries_from_before_activation_are_reconciled_to_complete(db, posts) ->
         )
 
 
-def test_writes_during_reconciliation_restart_it_and_it_converges_after(db, posts) -> None:
+def test_writes_during_reconciliation_restart_it_and_it_converges_after(
+    db, registered_posts
+) -> None:
     write(db, INSERT, entries(200))
     activate(db)
     reconciler = Reconciler(db, defer_seconds=0)
     reconciler.tick(max_steps=3)  # the run has started scanning
     write(db, INSERT, entries(20, prefix="late"))
     write(db, "UPDATE ec_posts SET hero = 'm99' WHERE id = 'e00001'")
-    actions = converge(db, posts.id)
+    actions = converge(db, registered_posts.id)
     assert "restarted" in actions
-    assert status_row(db, posts.id)["status"] == "complete"
+    assert status_row(db, registered_posts.id)["status"] == "complete"
     assert actual_index(db) == expected_index(db)
 
 
-def test_entries_deleted_before_reconciliation_lose_their_sources(db, posts) -> None:
+def test_entries_deleted_before_reconciliation_lose_their_sources(db, registered_posts) -> None:
     activate(db)
     write(db, INSERT, entries(30))
     drain(db)
@@ -107,7 +109,9 @@ def test_entries_deleted_before_reconciliation_lose_their_sources(db, posts) -> 
     with pytest.raises(sa.exc.DBAPIError):
         write(db, "DELETE FROM ec_posts WHERE id = 'e00003'")
     with db.begin() as conn:
-        conn.execute(sa.text("DROP TRIGGER IF EXISTS " + _trigger(db, posts, "ad") + _on(db)))
+        conn.execute(
+            sa.text("DROP TRIGGER IF EXISTS " + _trigger(db, registered_posts, "ad") + _on(db))
+        )
         conn.execute(sa.text("DELETE FROM ec_posts WHERE id IN ('e00003', 'e00004')"))
         conn.execute(
             sa.text(
@@ -116,23 +120,23 @@ def test_entries_deleted_before_reconciliation_lose_their_sources(db, posts) -> 
             )
         )
     activate(db)  # re-verification puts the missing trigger back
-    converge(db, posts.id)
-    assert status_row(db, posts.id)["status"] == "complete"
+    converge(db, registered_posts.id)
+    assert status_row(db, registered_posts.id)["status"] == "complete"
     assert actual_source_keys(db) == expected_source_keys(db)
     assert not any(":e00003:" in key for key in actual_source_keys(db))
 
 
-def _trigger(db, posts, suffix):
+def _trigger(db, registered_posts, suffix):
     from repository.triggers import trigger_names
 
-    return trigger_names(posts.id, "posts")[suffix]
+    return trigger_names(registered_posts.id, "posts")[suffix]
 
 
 def _on(db) -> str:
     return " ON ec_posts" if db.dialect.name == "postgresql" else ""
 
 
-def test_a_failed_entry_fails_the_run_and_a_later_edit_reopens_it(db, posts) -> None:
+def test_a_failed_entry_fails_the_run_and_a_later_edit_reopens_it(db, registered_posts) -> None:
     write(
         db,
         "INSERT INTO revisions (id, collection, entry_id, data) "
@@ -152,9 +156,9 @@ def test_a_failed_entry_fails_the_run_and_a_later_edit_reopens_it(db, posts) -> 
                 ),
                 {"p": PAST},
             )
-        if status_row(db, posts.id)["status"] in ("failed", "partial"):
+        if status_row(db, registered_posts.id)["status"] in ("failed", "partial"):
             break
-    status = status_row(db, posts.id)
+    status = status_row(db, registered_posts.id)
     assert (status["status"], status["last_error_code"]) == (
         "partial",
         "MEDIA_USAGE_SNAPSHOT_FAILED",
@@ -167,12 +171,12 @@ def test_a_failed_entry_fails_the_run_and_a_later_edit_reopens_it(db, posts) -> 
 
     # The editor fixes the entry: capture reopens the run, which now completes.
     write(db, "UPDATE ec_posts SET draft_revision_id = NULL WHERE id = 'e00001'")
-    converge(db, posts.id)
-    assert status_row(db, posts.id)["status"] == "complete"
+    converge(db, registered_posts.id)
+    assert status_row(db, registered_posts.id)["status"] == "complete"
     assert actual_index(db) == expected_index(db)
 
 
-def test_repair_rebuilds_a_collection_at_its_current_epoch(db, posts) -> None:
+def test_repair_rebuilds_a_collection_at_its_current_epoch(db, registered_posts) -> None:
     from media_usage_worker.pipeline.repair import repair_collection
 
     write(db, INSERT, entries(120))
@@ -181,7 +185,7 @@ def test_repair_rebuilds_a_collection_at_its_current_epoch(db, posts) -> None:
     result = repair_collection(db, "posts", progress=lambda done, total: seen.append((done, total)))
     assert (result.status, result.indexed, result.failed, result.skipped) == ("complete", 120, 0, 0)
     assert seen[-1] == (120, 120)
-    status = status_row(db, posts.id)
+    status = status_row(db, registered_posts.id)
     assert status["status"] == "complete" and status["reconciliation_required"] == 0
     assert status["indexed_source_count"] == 120
     assert actual_index(db) == expected_index(db)
@@ -189,7 +193,7 @@ def test_repair_rebuilds_a_collection_at_its_current_epoch(db, posts) -> None:
         assert conn.execute(sa.text("SELECT count(*) FROM _emdash_media_usage_work")).scalar() == 0
 
 
-def test_repair_racing_a_write_ends_stale_never_complete(db, posts) -> None:
+def test_repair_racing_a_write_ends_stale_never_complete(db, registered_posts) -> None:
     from media_usage_worker.pipeline.repair import repair_collection
 
     write(db, INSERT, entries(120))
@@ -201,7 +205,7 @@ def test_repair_racing_a_write_ends_stale_never_complete(db, posts) -> None:
 
     result = repair_collection(db, "posts", progress=write_during_repair)
     assert (result.status, result.error_code) == ("stale", "CONTENT_USAGE_REPAIR_CONFLICT")
-    status = status_row(db, posts.id)
+    status = status_row(db, registered_posts.id)
     assert (status["status"], status["last_error_code"], status["reconciliation_required"]) == (
         "stale",
         "CONTENT_USAGE_REPAIR_CONFLICT",
@@ -211,12 +215,12 @@ def test_repair_racing_a_write_ends_stale_never_complete(db, posts) -> None:
         assert conn.execute(
             sa.text("SELECT content_id FROM _emdash_media_usage_work")
         ).scalars().all() == ["e00110"]
-    converge(db, posts.id)
-    assert status_row(db, posts.id)["status"] == "complete"
+    converge(db, registered_posts.id)
+    assert status_row(db, registered_posts.id)["status"] == "complete"
     assert actual_index(db) == expected_index(db)
 
 
-def test_repair_refuses_without_active_capture(db, posts) -> None:
+def test_repair_refuses_without_active_capture(db, registered_posts) -> None:
     from media_usage_worker.domain.errors import CollectionNotFound, RepairNotPossible
     from media_usage_worker.pipeline.repair import repair_collection
 
@@ -231,7 +235,7 @@ class Killed(BaseException):
 
 
 def test_a_worker_killed_while_recording_a_failed_run_leaves_it_recoverable(
-    db, posts, monkeypatch
+    db, registered_posts, monkeypatch
 ) -> None:
     """The coordinator's "failed" and the coverage row are one transaction: a kill between
     the two statements undoes both, the lease expires, and another worker finishes the run."""
@@ -256,11 +260,11 @@ def test_a_worker_killed_while_recording_a_failed_run_leaves_it_recoverable(
             sa.text("SELECT state FROM _emdash_media_usage_reconciliations")
         ).scalar_one()
     assert state == "leased"  # not "failed" with coverage left "running"
-    assert status_row(db, posts.id)["status"] == "running"
+    assert status_row(db, registered_posts.id)["status"] == "running"
 
     write(db, "UPDATE _emdash_media_usage_reconciliations SET lease_expires_at = :p", {"p": PAST})
-    converge(db, posts.id)
-    status = status_row(db, posts.id)
+    converge(db, registered_posts.id)
+    status = status_row(db, registered_posts.id)
     assert (status["status"], status["last_error_code"]) == (
         "partial",
         "MEDIA_USAGE_UNUSABLE_CONTENT_ID",

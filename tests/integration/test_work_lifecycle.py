@@ -6,7 +6,6 @@ import re
 import threading
 
 import pytest
-import sqlalchemy as sa
 
 from media_usage_worker.domain.work import WorkRecord
 from repository.collections import Collection
@@ -22,16 +21,6 @@ from tests.support import (
     insert_work,
     set_work,
 )
-
-
-@pytest.fixture
-def repo(db: sa.Engine) -> MediaUsageWorkRepository:
-    return MediaUsageWorkRepository(db)
-
-
-@pytest.fixture
-def posts(db: sa.Engine) -> Collection:
-    return active_collection(db)
 
 
 def claim(repo: MediaUsageWorkRepository, posts: Collection, content_id: str = "e1", **kw):

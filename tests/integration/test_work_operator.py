@@ -6,19 +6,7 @@ import pytest
 import sqlalchemy as sa
 
 from media_usage_worker.domain.cursor import encode_cursor
-from repository.collections import Collection
-from repository.work import MediaUsageWorkRepository
-from tests.support import FUTURE, PAST, active_collection, get_work, insert_work, status_row
-
-
-@pytest.fixture
-def repo(db: sa.Engine) -> MediaUsageWorkRepository:
-    return MediaUsageWorkRepository(db)
-
-
-@pytest.fixture
-def posts(db: sa.Engine) -> Collection:
-    return active_collection(db)
+from tests.support import FUTURE, PAST, get_work, insert_work, status_row
 
 
 def stamp(second: int) -> str:

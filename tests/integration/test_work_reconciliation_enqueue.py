@@ -6,19 +6,13 @@ import pytest
 import sqlalchemy as sa
 
 from repository.collections import Collection
-from repository.work import MediaUsageWorkRepository
 from tests.support import FUTURE, PAST, active_collection, get_work, insert_work
 
 RUN, LEASE, EPOCH = "RUN01", "LEASE01", 9
 
 
 @pytest.fixture
-def repo(db: sa.Engine) -> MediaUsageWorkRepository:
-    return MediaUsageWorkRepository(db)
-
-
-@pytest.fixture
-def posts(db: sa.Engine) -> Collection:
+def reconciling_posts(db: sa.Engine) -> Collection:
     collection = active_collection(db)
     with db.begin() as conn:
         conn.execute(
@@ -40,9 +34,9 @@ def posts(db: sa.Engine) -> Collection:
     return collection
 
 
-def enqueue(repo, posts, ids, **kw):
+def enqueue(repo, reconciling_posts, ids, **kw):
     args = {
-        "collection_id": posts.id,
+        "collection_id": reconciling_posts.id,
         "collection_slug": "posts",
         "run_token": RUN,
         "lease_token": LEASE,
@@ -53,19 +47,19 @@ def enqueue(repo, posts, ids, **kw):
     repo.enqueue_reconciliation_page(**(args | kw))
 
 
-def test_enqueue_inserts_pending_rows_at_the_run_epoch(repo, posts, db) -> None:
-    enqueue(repo, posts, ["b", "a", "b"])
+def test_enqueue_inserts_pending_rows_at_the_run_epoch(repo, reconciling_posts, db) -> None:
+    enqueue(repo, reconciling_posts, ["b", "a", "b"])
     for content_id in ("a", "b"):
-        row = get_work(db, posts.id, content_id)
+        row = get_work(db, reconciling_posts.id, content_id)
         assert (row["state"], row["work_version"], row["change_epoch"]) == ("pending", 1, EPOCH)
         assert row["next_attempt_at"] == row["created_at"] == row["updated_at"]
     assert {r.content_id for r in repo.find_due_work(10)} == {"a", "b"}
 
 
-def test_enqueue_resets_only_older_epoch_rows(repo, posts, db) -> None:
+def test_enqueue_resets_only_older_epoch_rows(repo, reconciling_posts, db) -> None:
     insert_work(
         db,
-        posts,
+        reconciling_posts,
         "old",
         change_epoch=EPOCH - 1,
         work_version=4,
@@ -73,18 +67,20 @@ def test_enqueue_resets_only_older_epoch_rows(repo, posts, db) -> None:
         attempt_count=5,
         last_error_code="E",
     )
-    same = insert_work(db, posts, "same", change_epoch=EPOCH, work_version=2, state="failed")
+    same = insert_work(
+        db, reconciling_posts, "same", change_epoch=EPOCH, work_version=2, state="failed"
+    )
     newer = insert_work(
         db,
-        posts,
+        reconciling_posts,
         "newer",
         change_epoch=EPOCH + 1,
         state="leased",
         lease_token="T",
         lease_expires_at=FUTURE,
     )
-    enqueue(repo, posts, ["old", "same", "newer"])
-    old = get_work(db, posts.id, "old")
+    enqueue(repo, reconciling_posts, ["old", "same", "newer"])
+    old = get_work(db, reconciling_posts.id, "old")
     assert (old["state"], old["work_version"], old["change_epoch"], old["attempt_count"]) == (
         "pending",
         5,
@@ -92,8 +88,8 @@ def test_enqueue_resets_only_older_epoch_rows(repo, posts, db) -> None:
         0,
     )
     assert old["last_error_code"] is None
-    assert get_work(db, posts.id, "same") == same
-    assert get_work(db, posts.id, "newer") == newer
+    assert get_work(db, reconciling_posts.id, "same") == same
+    assert get_work(db, reconciling_posts.id, "newer") == newer
 
 
 BROKEN_GUARDS = {
@@ -123,12 +119,17 @@ BROKEN_GUARDS = {
 
 
 @pytest.mark.parametrize("guard", sorted(BROKEN_GUARDS))
-def test_enqueue_writes_nothing_unless_the_run_owns_the_collection(repo, posts, db, guard) -> None:
+def test_enqueue_writes_nothing_unless_the_run_owns_the_collection(
+    repo, reconciling_posts, db, guard
+) -> None:
     statement, params = BROKEN_GUARDS[guard]
     with db.begin() as conn:
         conn.execute(sa.text(statement), params)
-    enqueue(repo, posts, ["a", "b"])
-    assert get_work(db, posts.id, "a") is None and get_work(db, posts.id, "b") is None
+    enqueue(repo, reconciling_posts, ["a", "b"])
+    assert (
+        get_work(db, reconciling_posts.id, "a") is None
+        and get_work(db, reconciling_posts.id, "b") is None
+    )
 
 
 @pytest.mark.parametrize(
@@ -149,14 +150,14 @@ def test_enqueue_writes_nothing_unless_the_run_owns_the_collection(repo, posts, 
         {"collection_id": ""},
     ],
 )
-def test_enqueue_validation(repo, posts, db, kw) -> None:
+def test_enqueue_validation(repo, reconciling_posts, db, kw) -> None:
     with pytest.raises(ValueError):
-        enqueue(repo, posts, ["a"], **kw)
-    assert get_work(db, posts.id, "a") is None
+        enqueue(repo, reconciling_posts, ["a"], **kw)
+    assert get_work(db, reconciling_posts.id, "a") is None
 
 
-def test_fifty_distinct_ids_with_duplicates_are_accepted(repo, posts, db) -> None:
+def test_fifty_distinct_ids_with_duplicates_are_accepted(repo, reconciling_posts, db) -> None:
     ids = [f"e{i:02d}" for i in range(50)]
-    enqueue(repo, posts, ids + ids[:10], change_epoch=str(EPOCH))
+    enqueue(repo, reconciling_posts, ids + ids[:10], change_epoch=str(EPOCH))
     with db.connect() as conn:
         assert conn.execute(sa.text("SELECT count(*) FROM _emdash_media_usage_work")).scalar() == 50

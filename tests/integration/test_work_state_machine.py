@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 from repository.work import MediaUsageWorkRepository
-from tests.support import PAST, active_collection, get_work, set_work
+from tests.support import PAST, active_collection, examples, get_work, set_work
 
 ENTRIES = ("e0", "e1")
 entries = st.sampled_from(ENTRIES)
@@ -208,11 +208,11 @@ def make_machine(engine: sa.Engine, collection_id: str) -> type[RuleBasedStateMa
 def test_repository_agrees_with_the_model(db: sa.Engine, dialect: str) -> None:
     collection = active_collection(db)
     machine = make_machine(db, collection.id)
-    examples = 60 if dialect == "sqlite" else 25
+    count = examples(30, 60) if dialect == "sqlite" else examples(12, 25)
     run_state_machine_as_test(
         machine,
         settings=settings(
-            max_examples=examples,
+            max_examples=count,
             stateful_step_count=30,
             deadline=None,
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],

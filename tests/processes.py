@@ -1,0 +1,90 @@
+"""Real Celery worker and beat processes for the slow tier, and polling with a deadline."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import sqlalchemy as sa
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float, interval: float = 0.2) -> None:
+    """Poll ``predicate`` until it holds; fail with a clear message at the deadline."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(interval)
+    raise AssertionError(f"condition not met within {timeout} s")
+
+
+def work_rows(engine: sa.Engine) -> int:
+    with engine.connect() as conn:
+        return conn.execute(sa.text("SELECT count(*) FROM _emdash_media_usage_work")).scalar_one()
+
+
+class Processes:
+    """``celery -A tasks worker|beat`` subprocesses, killed at teardown."""
+
+    def __init__(self, env: dict[str, str], tmp: Path) -> None:
+        self.env = {**os.environ, **env, "PYTHONUNBUFFERED": "1"}
+        self.tmp = tmp
+        self.running: list[subprocess.Popen] = []
+
+    def _start(self, name: str, args: list[str], prefix: Sequence[str] = ()) -> subprocess.Popen:
+        log = open(self.tmp / f"{name}-{len(self.running)}.log", "wb")  # noqa: SIM115
+        proc = subprocess.Popen(
+            [*prefix, sys.executable, "-m", "celery", "-A", "tasks", *args],
+            cwd=ROOT,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self.running.append(proc)
+        return proc
+
+    def worker(self, concurrency: int = 2, prefix: Sequence[str] = ()) -> subprocess.Popen:
+        """A worker; ``prefix`` runs it through a wrapper command (for example ``setpriv``)."""
+        return self._start(
+            "worker",
+            [
+                "worker",
+                "-Q",
+                "media_usage",
+                "-c",
+                str(concurrency),
+                "-l",
+                "info",
+                "-E",
+                "--without-heartbeat",
+                "--without-gossip",
+                "--without-mingle",
+            ],
+            prefix,
+        )
+
+    def beat(self) -> subprocess.Popen:
+        schedule = self.tmp / f"beat-{len(self.running)}"
+        return self._start("beat", ["beat", "-s", str(schedule), "-l", "info"])
+
+    def logs(self) -> str:
+        return "\n".join(p.read_text(errors="replace") for p in sorted(self.tmp.glob("*.log")))
+
+    def kill(self, proc: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        proc.wait(timeout=30)
+
+    def stop_all(self) -> None:
+        for proc in self.running:
+            if proc.poll() is None:
+                self.kill(proc)
