@@ -33,7 +33,8 @@ from tests.support import (
 
 
 @pytest.fixture
-def posts(db):
+def sample_posts(db):
+    """The posts collection with the sample fields, capture active."""
     return active_collection(db, "posts", SAMPLE_FIELDS)
 
 
@@ -85,7 +86,7 @@ def outcomes():
 
 
 def test_in_process_worker_indexes_entries_written_by_plain_sql(
-    db, posts, celery_worker, outcomes
+    db, sample_posts, celery_worker, outcomes
 ) -> None:
     from tasks.work import tick
 
@@ -101,7 +102,9 @@ def test_in_process_worker_indexes_entries_written_by_plain_sql(
     assert len(completed) == 200
 
 
-def test_every_item_sent_five_times_is_processed_once(db, posts, celery_worker, outcomes) -> None:
+def test_every_item_sent_five_times_is_processed_once(
+    db, sample_posts, celery_worker, outcomes
+) -> None:
     from tasks.work import process_work
 
     write_entries(db, 40)
@@ -140,7 +143,7 @@ FORGED_INVALID = [
 
 
 def test_forged_messages_change_nothing_and_the_worker_keeps_going(
-    db, posts, celery_worker, outcomes, caplog
+    db, sample_posts, celery_worker, outcomes, caplog
 ) -> None:
     import logging
 
@@ -152,28 +155,28 @@ def test_forged_messages_change_nothing_and_the_worker_keeps_going(
     message_log.addHandler(caplog.handler)
     caplog.set_level(logging.WARNING, logger="media_usage.messages")
     write_entries(db, 1)
-    before = get_work(db, posts.id, "e0000")
+    before = get_work(db, sample_posts.id, "e0000")
     dropped_before = dropped.snapshot()["total"]
     for collection_id, content_id, version in FORGED_INVALID + FORGED_VALID:
         if collection_id == "{collection}":
-            collection_id = posts.id
+            collection_id = sample_posts.id
         process_work.apply_async(args=(collection_id, content_id, version))
     wait_for(lambda: len(outcomes.items) == len(FORGED_VALID), timeout=60)
     wait_for(lambda: dropped.snapshot()["total"] - dropped_before == len(FORGED_INVALID), 60)
     assert {o["outcome"] for o in outcomes.items} == {"claim_lost"}
-    assert get_work(db, posts.id, "e0000") == before
+    assert get_work(db, sample_posts.id, "e0000") == before
     lines = {r.getMessage() for r in caplog.records if r.name == "media_usage.messages"}
     assert len(lines) == len(FORGED_INVALID)  # one line each, naming its own message id
     assert "x" * 1000 not in caplog.text  # no echo of huge values into logs
     message_log.removeHandler(caplog.handler)
     # The worker is alive and still does real work.
-    process_work.apply_async(args=(posts.id, "e0000", 1))
+    process_work.apply_async(args=(sample_posts.id, "e0000", 1))
     wait_for(lambda: work_rows(db) == 0, timeout=60)
     assert_index_is_exact(db)
 
 
 def test_subprocess_worker_and_two_beats_survive_flush_and_kill(
-    db, posts, processes, broker_url
+    db, sample_posts, processes, broker_url
 ) -> None:
     """Two beats at once, a Redis FLUSHALL and a SIGKILLed worker: everything still completes."""
     processes.beat()
@@ -191,7 +194,9 @@ def test_subprocess_worker_and_two_beats_survive_flush_and_kill(
 
 
 @pytest.mark.parametrize("dialect", ["postgresql"])  # holding a worker mid-item needs a lock
-def test_a_worker_killed_mid_item_hands_it_over_after_the_lease(db, posts, processes) -> None:
+def test_a_worker_killed_mid_item_hands_it_over_after_the_lease(
+    db, sample_posts, processes
+) -> None:
     write_entries(db, 1)
     blocker = db.connect()
     blocker.begin()
@@ -199,8 +204,8 @@ def test_a_worker_killed_mid_item_hands_it_over_after_the_lease(db, posts, proce
     blocker.execute(sa.text("LOCK TABLE _emdash_fields IN ACCESS EXCLUSIVE MODE"))
     worker = processes.worker(concurrency=1)
     processes.beat()
-    wait_for(lambda: get_work(db, posts.id, "e0000")["state"] == "leased", timeout=60)
-    token = get_work(db, posts.id, "e0000")["lease_token"]
+    wait_for(lambda: get_work(db, sample_posts.id, "e0000")["state"] == "leased", timeout=60)
+    token = get_work(db, sample_posts.id, "e0000")["lease_token"]
     processes.kill(worker)
     blocker.rollback()
     blocker.close()
@@ -210,7 +215,7 @@ def test_a_worker_killed_mid_item_hands_it_over_after_the_lease(db, posts, proce
     assert token  # the killed holder had the lease; another worker completed the item
 
 
-def test_worker_and_beat_index_500_entries_within_a_minute(db, posts, processes) -> None:
+def test_worker_and_beat_index_500_entries_within_a_minute(db, sample_posts, processes) -> None:
     """The issue's acceptance bar: plain-SQL writes, `celery worker` + `celery beat`, 60 s."""
     processes.worker(concurrency=2)
     processes.beat()
@@ -220,7 +225,7 @@ def test_worker_and_beat_index_500_entries_within_a_minute(db, posts, processes)
 
 
 def test_the_tick_restores_coverage_a_worker_killed_after_completing_left_stale(
-    db, posts, celery_app
+    db, sample_posts, celery_app
 ) -> None:
     """The note follows the completion's commit; a kill between the two is simulated by
     completing through the repository and sending no note. The next tick restores."""
@@ -228,12 +233,12 @@ def test_the_tick_restores_coverage_a_worker_killed_after_completing_left_stale(
 
     mark_coverage_complete(db)
     write_entries(db, 1)
-    complete_without_note(db, posts.id, "e0000")
-    assert status_row(db, posts.id)["status"] == "stale"
+    complete_without_note(db, sample_posts.id, "e0000")
+    assert status_row(db, sample_posts.id)["status"] == "stale"
 
     summary = tick.apply().get()
     assert summary["coverage_restored"] == ["posts"] and summary["dispatched"] == 0
-    assert status_row(db, posts.id)["status"] == "complete"
+    assert status_row(db, sample_posts.id)["status"] == "complete"
     assert tick.apply().get()["coverage_restored"] == []
 
 
@@ -275,7 +280,7 @@ def test_worker_and_beat_started_before_the_schema_wait_with_one_line_then_work(
 
 
 def test_an_item_past_the_soft_limit_retries_then_fails_and_no_child_is_killed(
-    db, posts, processes
+    db, sample_posts, processes
 ) -> None:
     """A real prefork worker with a 1 s soft limit and an item that takes seconds (45,000
     gallery images): each attempt ends at the soft limit with attempt + 1 and
@@ -296,20 +301,22 @@ def test_an_item_past_the_soft_limit_retries_then_fails_and_no_child_is_killed(
 
     for attempt in range(1, 6):
         wait_for(
-            lambda attempt=attempt: get_work(db, posts.id, "slow")["attempt_count"] >= attempt,
+            lambda attempt=attempt: (
+                get_work(db, sample_posts.id, "slow")["attempt_count"] >= attempt
+            ),
             timeout=90,
             interval=0.2,
         )
-        row = get_work(db, posts.id, "slow")
+        row = get_work(db, sample_posts.id, "slow")
         assert (row["attempt_count"], row["last_error_code"]) == (attempt, "MEDIA_USAGE_TIME_LIMIT")
         assert row["state"] == ("failed" if attempt == 5 else "retry")
         assert row["lease_token"] is None
         if row["state"] == "retry":  # the backoff is 30 s and more: make the retry due now
-            set_work(db, posts.id, "slow", next_attempt_at=PAST)
+            set_work(db, sample_posts.id, "slow", next_attempt_at=PAST)
 
     wait_for(lambda: work_rows(db) == 1, timeout=60)  # the three others completed
     logs = processes.logs()
     assert worker.poll() is None
     assert "exited with" not in logs and "Hard time limit" not in logs
-    status = status_row(db, posts.id)
+    status = status_row(db, sample_posts.id)
     assert (status["status"], status["last_error_code"]) == ("partial", "MEDIA_USAGE_TIME_LIMIT")
