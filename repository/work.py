@@ -14,9 +14,9 @@ any I/O (docs/design.md §3).
 from __future__ import annotations
 
 from repository.work_operator import OperatorWork
-from repository.work_processing import ProcessingWork
+from repository.work_processing import BatchWork, ProcessingWork
 from repository.work_rescan import RescanWork
 
 
-class MediaUsageWorkRepository(ProcessingWork, OperatorWork, RescanWork):
+class MediaUsageWorkRepository(ProcessingWork, BatchWork, OperatorWork, RescanWork):
     """All SQL of the work table. Methods mirror the seed's, in snake_case with keywords."""

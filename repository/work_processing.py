@@ -7,6 +7,7 @@ duplicate messages race for it (docs/design.md §3). Arguments are validated bef
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -17,9 +18,10 @@ from media_usage_worker.domain.vocabulary import DUE_STATES, ErrorCode, Outcome,
 from media_usage_worker.domain.work import WorkRecord, due_order
 from repository.clock import db_now, is_due, lease_is_live
 from repository.content_tables import content_columns
-from repository.db import read_transaction, transaction
+from repository.db import Bind, read_transaction, transaction
 from repository.ids import new_ulid
 from repository.predicates import due_or_expired
+from repository.projection import EntryWrite, apply_entry_write
 from repository.schema import collections, work
 from repository.stored_text import StoredText
 from repository.work_rows import WorkTable, current_identity, to_record, w
@@ -298,3 +300,109 @@ class ProcessingWork(WorkTable):
         )
         with transaction(self.bind) as conn:
             return conn.execute(statement, params).rowcount > 0
+
+
+def _these_versions(
+    collection_id: str, versions: Sequence[tuple[str, int]]
+) -> sa.ColumnElement[bool]:
+    """Rows of this collection at exactly these (content id, version) pairs."""
+    return sa.and_(
+        w.collection_id == collection_id,
+        sa.or_(*(sa.and_(w.content_id == c, w.work_version == v) for c, v in versions)),
+    )
+
+
+def _batch_lease(
+    collection_id: str, lease_token: str, versions: Sequence[tuple[str, int]]
+) -> list[sa.ColumnElement[bool]]:
+    """The rows this batch lease still holds: leased under its token, unexpired."""
+    return [
+        _these_versions(collection_id, versions),
+        w.state == WorkState.LEASED,
+        w.lease_token == lease_token,
+        lease_is_live(w.lease_expires_at),
+    ]
+
+
+class BatchWork(WorkTable):
+    """A batch of one collection's items under one lease token: one statement per step."""
+
+    def claim_batch(
+        self, collection_id: str, versions: Sequence[tuple[str, int]], lease_duration_seconds: int
+    ) -> list[WorkRecord]:
+        """Lease every row at exactly its version that is due (as ``claim_work`` would); rows
+        that do not qualify are left alone and missing from the result."""
+        check.identifier(collection_id, "A batch claim requires a collection ID.")
+        duration = check.duration_seconds(
+            lease_duration_seconds, "lease duration", allow_zero=False
+        )
+        if not versions:
+            return []
+        statement = (
+            work.update()
+            .where(_these_versions(collection_id, versions), _CLAIMABLE)
+            .values(
+                state=WorkState.LEASED,
+                lease_token=new_ulid(),
+                lease_expires_at=db_now(duration),
+                last_attempted_at=db_now(),
+                updated_at=db_now(),
+            )
+            .returning(*work.c)
+        )
+        with transaction(self.bind) as conn:
+            return [to_record(row) for row in conn.execute(statement)]
+
+    def extend_batch_lease(
+        self,
+        collection_id: str,
+        lease_token: str,
+        versions: Sequence[tuple[str, int]],
+        lease_duration_seconds: int,
+    ) -> int:
+        """Renew every row the batch still holds; returns how many it still holds."""
+        duration = check.duration_seconds(
+            lease_duration_seconds, "lease duration", allow_zero=False
+        )
+        statement = (
+            work.update()
+            .where(*_batch_lease(collection_id, lease_token, versions))
+            .values(lease_expires_at=db_now(duration))
+        )
+        with transaction(self.bind) as conn:
+            renewed: int = conn.execute(statement).rowcount
+        return renewed
+
+
+def complete_batch_in(
+    conn: sa.Connection, collection_id: str, lease_token: str, versions: Sequence[tuple[str, int]]
+) -> set[str]:
+    """Delete the rows the batch lease still holds, inside the caller's transaction; returns
+    the content ids completed (the others were fenced: a newer write or another holder)."""
+    if not versions:
+        return set()
+    statement = (
+        work.delete()
+        .where(*_batch_lease(collection_id, lease_token, versions))
+        .returning(w.content_id)
+    )
+    return set(conn.execute(statement).scalars())
+
+
+def write_and_complete(
+    bind: Bind,
+    collection_id: str,
+    lease_token: str,
+    items: Sequence[tuple[str, int, EntryWrite]],
+) -> tuple[set[str], set[str]]:
+    """One transaction for a batch of one collection: each entry's write under a savepoint of
+    its own, then one guarded statement completing every item whose write held.
+
+    Returns the content ids written and those completed. A write that held but whose
+    completion lost (a newer version was captured meanwhile) stays: the newer work redoes it.
+    """
+    with transaction(bind) as conn:
+        written = {content_id for content_id, _, write in items if apply_entry_write(conn, write)}
+        done = [(content_id, version) for content_id, version, _ in items if content_id in written]
+        completed = complete_batch_in(conn, collection_id, lease_token, done)
+    return written, completed

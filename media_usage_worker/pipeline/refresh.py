@@ -1,14 +1,15 @@
-"""Refresh one entry's slice of the index (docs/design.md §10).
+"""Refresh entries' slices of the index (docs/design.md §10).
 
-Reads the entry, builds its snapshots, checks the per-item limits and rewrites each source
-whose projection changed, all under the projection repository's compare-and-sets. Returns
-``None`` on success or the ``RefreshCode`` that the processor maps to a work error code.
+``plan_refresh`` turns what was read of one entry into the ``EntryWrite`` that brings its
+sources up to date (or the ``RefreshCode`` saying why not): snapshots, per-item limits and the
+compare-and-set of every part. ``refresh_entry`` reads, plans and writes one entry on its own;
+the batch path (``pipeline.batch``) reads and writes many at once with the same plan.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Mapping
 from typing import Any
 
 from media_usage_worker.domain.content_model import FieldDefinition
@@ -25,11 +26,21 @@ from media_usage_worker.domain.vocabulary import RefreshCode
 from media_usage_worker.domain.work import Lease
 from repository import projection
 from repository.db import Bind
+from repository.projection import EntryState, EntryWrite
 
 # A refresh that loses a race to a concurrent writer reads again once before giving up.
 REFRESH_ATTEMPTS = 2
 
 log = logging.getLogger(__name__)
+
+
+def columns_to_read(fields: list[FieldDefinition]) -> list[str]:
+    """The content columns a refresh reads: media-bearing fields, then display fields."""
+    return [f.slug for f in extraction_fields(fields)] + _display_fields(fields)
+
+
+def _display_fields(fields: list[FieldDefinition]) -> list[str]:
+    return [name for name in DISPLAY_FIELDS if any(f.slug == name for f in fields)]
 
 
 def refresh_entry(
@@ -48,93 +59,71 @@ def refresh_entry(
     """
     try:
         for _ in range(REFRESH_ATTEMPTS):
-            code = _attempt(bind, entry, limits, lease)
-            if code != RefreshCode.GENERATION_CONFLICT:
-                return code
+            state = projection.read_entries(
+                bind, entry.collection_id, entry.collection_slug, [entry.content_id],
+                columns_to_read,
+            )  # fmt: skip
+            if not state.present:
+                return RefreshCode.GENERATION_CONFLICT
+            plan = plan_refresh(state.entries[entry.content_id], state.fields, limits, lease)
+            if not isinstance(plan, EntryWrite):
+                return plan
+            if projection.write_entry(bind, plan):
+                return None
         return RefreshCode.GENERATION_CONFLICT
-    except FieldDiscoveryError:
-        return FieldDiscoveryError.code
-    except EntryTooLarge:
-        return RefreshCode.RESOURCE_LIMIT
     except Exception as exc:
         if isinstance(exc, reraise):
             raise
-        log.exception("media usage refresh of %s failed", entry)
-        return RefreshCode.REFRESH_ERROR
+        return refresh_error(entry, exc)
 
 
-def _columns_to_read(fields: list[FieldDefinition]) -> list[str]:
-    return [f.slug for f in extraction_fields(fields)] + _display_fields(fields)
+def refresh_error(entry: ContentEntry, exc: Exception) -> RefreshCode:
+    """The code of a refresh that raised (an unexpected one is logged with its traceback)."""
+    if isinstance(exc, FieldDiscoveryError):
+        return FieldDiscoveryError.code
+    if isinstance(exc, EntryTooLarge):
+        return RefreshCode.RESOURCE_LIMIT
+    log.error("media usage refresh of %s failed", entry, exc_info=exc)
+    return RefreshCode.REFRESH_ERROR
 
 
-def _display_fields(fields: list[FieldDefinition]) -> list[str]:
-    return [name for name in DISPLAY_FIELDS if any(f.slug == name for f in fields)]
-
-
-def _attempt(
-    bind: Bind, entry: ContentEntry, limits: Limits, lease: Lease | None
-) -> RefreshCode | None:
-    state = projection.read_entry_state(bind, entry, _columns_to_read)
-    if not state.collection_present:
-        return RefreshCode.GENERATION_CONFLICT
+def plan_refresh(
+    state: EntryState, fields: list[FieldDefinition], limits: Limits, lease: Lease | None
+) -> EntryWrite | RefreshCode:
+    """What to write for one entry, or why nothing can be. May raise ``EntryTooLarge`` or
+    ``FieldDiscoveryError`` (see ``refresh_error``)."""
+    observed = state.observed
     if state.row is None:
         # The entry is gone: remove its sources, but only while it stays gone.
-        return _remove(bind, state.observed.values(), lease, content_absent=True)
+        return EntryWrite(remove=tuple(observed.values()), content_absent=True, lease=lease)
+    entry = state.entry
     snapshots = build_snapshots(
         collection_id=entry.collection_id,
         collection_slug=entry.collection_slug,
-        fields=extraction_fields(state.fields),
+        fields=extraction_fields(fields),
         row=state.row,
-        display_fields=_display_fields(state.fields),
+        display_fields=_display_fields(fields),
         revision=state.revision,
         limits=limits,
     )
     if snapshots.draft_error is not None:
         return snapshots.draft_error
-    if _over_limits(snapshots, state.observed, limits):
+    if _over_limits(snapshots, observed, limits):
         return RefreshCode.RESOURCE_LIMIT
-    code = _write_changed(bind, snapshots, state.observed, lease)
-    if code is not None:
-        return code
-    wanted = {snapshot.variant for snapshot in snapshots.snapshots}
-    unwanted = [source for variant, source in state.observed.items() if variant not in wanted]
-    return _remove(bind, unwanted, lease, content_absent=False)
-
-
-def _write_changed(
-    bind: Bind,
-    snapshots: SnapshotSet,
-    observed: dict[str, dict[str, Any]],
-    lease: Lease | None,
-) -> RefreshCode | None:
-    """Write each snapshot whose projection changed; an unchanged one must still be as read."""
+    keep, replace = [], []
     for snapshot in snapshots.snapshots:
         current = observed.get(snapshot.variant)
         if current is not None and projection.is_unchanged(snapshot, current):
-            if not projection.still_unchanged(bind, snapshot, current):
-                return RefreshCode.GENERATION_CONFLICT
-        elif not projection.replace_source_if_matching(bind, snapshot, current, lease):
-            return RefreshCode.GENERATION_CONFLICT
-    return None
-
-
-def _remove(
-    bind: Bind,
-    sources: Iterable[dict[str, Any]],
-    lease: Lease | None,
-    *,
-    content_absent: bool,
-) -> RefreshCode | None:
-    for source in sources:
-        if not projection.delete_source_if_matching(
-            bind, source, content_absent=content_absent, lease=lease
-        ):
-            return RefreshCode.GENERATION_CONFLICT
-    return None
+            keep.append((snapshot, current))
+        else:
+            replace.append((snapshot, current))
+    wanted = {snapshot.variant for snapshot in snapshots.snapshots}
+    unwanted = tuple(source for variant, source in observed.items() if variant not in wanted)
+    return EntryWrite(tuple(keep), tuple(replace), unwanted, lease=lease)
 
 
 def _over_limits(
-    snapshots: SnapshotSet, observed: dict[str, dict[str, Any]], limits: Limits
+    snapshots: SnapshotSet, observed: Mapping[str, Mapping[str, Any]], limits: Limits
 ) -> bool:
     """Only projections that would be written count against the item's limits."""
     changed = [

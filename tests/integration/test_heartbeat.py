@@ -9,7 +9,6 @@ import sqlalchemy as sa
 from media_usage_worker.domain.content_model import FieldDefinition
 from media_usage_worker.pipeline.lease_keeper import LeaseKeeper
 from media_usage_worker.pipeline.process import Heartbeat, process_work_item
-from media_usage_worker.pipeline.refresh import refresh_entry
 from repository.work import MediaUsageWorkRepository
 from tests.processes import wait_for
 from tests.support import PAST, active_collection, get_work, set_work
@@ -29,10 +28,9 @@ def test_heartbeat_keeps_a_long_item_leased(db: sa.Engine) -> None:
     release = threading.Event()
     expiries: list[str] = []
 
-    def slow_refresh(engine, entry, limits, fence):
+    def slow_item():
         # Outlive the 1 s lease several times over while the test watches the lease move.
         assert release.wait(timeout=30)
-        return refresh_entry(engine, entry, limits, fence)
 
     result: list = []
     worker = threading.Thread(
@@ -43,7 +41,7 @@ def test_heartbeat_keeps_a_long_item_leased(db: sa.Engine) -> None:
                 content_id="e1",
                 work_version=1,
                 lease_seconds=1,
-                refresh=slow_refresh,
+                before_write=slow_item,
                 heartbeat=Heartbeat(every_seconds=0.2, max_seconds=30),
             )
         )
@@ -74,16 +72,15 @@ def test_a_holder_that_lost_its_lease_writes_no_index(db: sa.Engine) -> None:
     posts = active_collection(db, "posts", FIELDS)
     sql(db, "INSERT INTO ec_posts (id, hero) VALUES ('e1', 'm1')")
 
-    def refresh_after_losing_the_lease(engine, entry, limits, fence):
+    def lose_the_lease():
         set_work(db, posts.id, "e1", lease_expires_at=PAST)  # the lease ran out meanwhile
-        return refresh_entry(engine, entry, limits, fence)
 
     result = process_work_item(
         db,
         collection_id=posts.id,
         content_id="e1",
         work_version=1,
-        refresh=refresh_after_losing_the_lease,
+        before_write=lose_the_lease,
     )
     # It could neither write the index nor record a retry: the row is no longer its to touch.
     assert result.outcome == "superseded" and result.error_code == "MEDIA_USAGE_GENERATION_CONFLICT"

@@ -14,7 +14,6 @@ from media_usage_worker.domain.snapshots import ContentEntry
 from media_usage_worker.pipeline.process import process_work_item
 from media_usage_worker.pipeline.refresh import refresh_entry
 from repository import projection
-from repository.collections import load_fields
 from repository.usage import usage_count, usage_page
 from repository.work import MediaUsageWorkRepository
 from tests.index_oracle import actual_index, expected_index
@@ -163,37 +162,21 @@ def test_an_older_read_finishing_last_cannot_overwrite_the_newer_result(
     db, posts_with_media
 ) -> None:
     sql(db, "INSERT INTO ec_posts (id, hero) VALUES ('e1', 'm1')")
-    entry = ContentEntry(posts_with_media.id, "posts", "e1")
-    with db.connect() as conn:
-        fields = load_fields(conn, posts_with_media.id)
-    from media_usage_worker.domain.extraction import extraction_fields
-    from media_usage_worker.domain.snapshots import build_snapshots
+    from media_usage_worker.pipeline.refresh import columns_to_read, plan_refresh
 
     def read_snapshot():
-        with db.begin() as conn:
-            observed = projection.observed_sources(conn, entry)
-            row, revision = projection.load_entry(
-                conn, entry, ["hero", "doc", "gallery", "body", "title"]
-            )
-        snapshot = build_snapshots(
-            collection_id=posts_with_media.id,
-            collection_slug="posts",
-            fields=extraction_fields(fields),
-            row=row,
-            display_fields=["title"],
-            revision=revision,
-        ).columns
-        return snapshot, observed.get("columns")
+        state = projection.read_entries(db, posts_with_media.id, "posts", ["e1"], columns_to_read)
+        return plan_refresh(state.entries["e1"], state.fields, Limits(), None)
 
-    old_snapshot, old_observed = read_snapshot()  # processor A reads version 1 (m1)
+    old_write = read_snapshot()  # processor A reads version 1 (m1)
     sql(db, "UPDATE ec_posts SET hero = 'm2', version = version + 1 WHERE id = 'e1'")
     # Content moved on: A's promotion is refused even before anyone else wrote.
-    assert projection.replace_source_if_matching(db, old_snapshot, old_observed) is False
+    assert projection.write_entry(db, old_write) is False
     assert media_ids(db) == {}
     drain(db)  # processor B indexes version 2 (m2)
     assert media_ids(db) == {"columns": ["m2"]}
     # A finishes last, with its stale read and stale observation: refused again.
-    assert projection.replace_source_if_matching(db, old_snapshot, old_observed) is False
+    assert projection.write_entry(db, old_write) is False
     assert media_ids(db) == {"columns": ["m2"]}
     assert actual_index(db) == expected_index(db)
 
@@ -201,17 +184,16 @@ def test_an_older_read_finishing_last_cannot_overwrite_the_newer_result(
 def test_a_fenced_worker_result_is_superseded(db, posts_with_media) -> None:
     sql(db, "INSERT INTO ec_posts (id, hero) VALUES ('e1', 'm1')")
 
-    def refresh_then_write_again(engine, entry, limits, fence):
-        outcome = refresh_entry(engine, entry, limits, fence)
+    def write_again():
+        # The host writes the entry after the worker read it, before its write.
         sql(db, "UPDATE ec_posts SET hero = 'm2', version = version + 1 WHERE id = 'e1'")
-        return outcome
 
     result = process_work_item(
         db,
         collection_id=posts_with_media.id,
         content_id="e1",
         work_version=1,
-        refresh=refresh_then_write_again,
+        before_write=write_again,
     )
     assert result.outcome == "superseded"
     assert get_work(db, posts_with_media.id, "e1")["work_version"] == 2
@@ -394,9 +376,8 @@ def test_an_item_past_the_soft_limit_retries_with_an_attempt_more_then_fails(
     sql(db, "INSERT INTO ec_posts (id, hero) VALUES ('e1', 'm1')")
     mark_coverage_complete(db)
 
-    def too_slow(conn, entry, limits, fence):
-        # The refresh ran, then the soft limit's signal arrived before it returned.
-        refresh_entry(conn, entry, limits, fence, reraise=(OutOfTime,))
+    def too_slow():
+        # The entries were read, then the soft limit's signal arrived before the write.
         raise OutOfTime
 
     repo = MediaUsageWorkRepository(db)
@@ -406,7 +387,7 @@ def test_an_item_past_the_soft_limit_retries_with_an_attempt_more_then_fails(
         assert item.attempt_count == attempt
         result = process_work_item(
             db, collection_id=posts_with_media.id, content_id="e1", work_version=item.work_version,
-            refresh=too_slow, interrupts=(OutOfTime,),
+            before_write=too_slow, interrupts=(OutOfTime,),
         )  # fmt: skip
         outcomes.append((result.outcome, result.error_code))
         set_work(db, posts_with_media.id, "e1", next_attempt_at=PAST)  # time passes

@@ -1,0 +1,268 @@
+"""Process a batch of work items (1 to ``MAX_BATCH``) with a fixed number of statements.
+
+Per collection of the batch: one guarded claim, one read of the fields, entries, drafts and
+sources, extraction in Python, then one transaction that writes every entry under a savepoint
+of its own and completes every item whose write held with one guarded statement. An entry
+whose compare-and-set lost is refreshed again on its own (``refresh_entry``), so a race costs
+that entry a re-read, never the batch. Failures retry or fail per item, as one item would.
+Every statement after the claim is fenced by each item's lease (docs/design.md §3).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+from media_usage_worker.domain import policy
+from media_usage_worker.domain import validation as check
+from media_usage_worker.domain.errors import InvalidArgument
+from media_usage_worker.domain.snapshots import ContentEntry
+from media_usage_worker.domain.vocabulary import ErrorCode, Outcome, RefreshCode
+from media_usage_worker.domain.work import Lease, WorkRecord
+from media_usage_worker.pipeline.lease_keeper import keeper
+from media_usage_worker.pipeline.refresh import (
+    columns_to_read,
+    plan_refresh,
+    refresh_entry,
+    refresh_error,
+)
+from repository import coverage, projection
+from repository.collections import is_registered
+from repository.projection import EntryWrite
+from repository.work import MediaUsageWorkRepository
+from repository.work_processing import write_and_complete
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection, Engine
+
+MAX_BATCH = 100
+
+
+@dataclass(frozen=True)
+class Item:
+    """One work item of a message: ids and the version it was sent for."""
+
+    collection_id: str
+    content_id: str
+    work_version: int
+
+
+@dataclass(frozen=True)
+class ProcessResult:
+    outcome: Outcome
+    collection_id: str
+    content_id: str
+    work_version: int
+    error_code: ErrorCode | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    every_seconds: float
+    max_seconds: float
+
+
+def checked_items(raw: Sequence[Sequence[object]]) -> list[Item]:
+    """Validate every item before any I/O (one bad item rejects the batch); duplicates count
+    once. Raises ``InvalidArgument``."""
+    if not 1 <= len(raw) <= MAX_BATCH:
+        raise InvalidArgument(f"A batch holds 1 to {MAX_BATCH} items.")
+    items: dict[Item, None] = {}
+    for one in raw:
+        if not isinstance(one, list | tuple) or len(one) != 3:
+            raise InvalidArgument("A batch item is [collection_id, content_id, work_version].")
+        collection_id, content_id = check.identity(one[0], one[1])
+        items[Item(collection_id, content_id, check.work_version(one[2]))] = None
+    return list(items)
+
+
+@dataclass
+class BatchRun:
+    """The settings one run of the path uses; ``run`` processes the checked items."""
+
+    engine: Engine
+    limits: policy.Limits
+    lease_seconds: int = policy.LEASE_SECONDS
+    rand: Callable[[], float] = random.random
+    heartbeat: Heartbeat | None = None
+    interrupts: tuple[type[BaseException], ...] = ()
+    # Called after the entries were read and planned, before anything is written: tests use it
+    # to race the batch (a write, a lost lease, a slow item, the soft time limit).
+    before_write: Callable[[], None] | None = None
+
+    def run(self, items: Sequence[Item]) -> list[ProcessResult]:
+        results: list[ProcessResult] = []
+        # One connection for the whole batch: one checkout and one pre-ping.
+        with self.engine.connect() as conn:
+            for collection_id, group in _by_collection(items).items():
+                results += self._collection(conn, collection_id, group)
+        return results
+
+    def _collection(
+        self, conn: Connection, collection_id: str, items: list[Item]
+    ) -> list[ProcessResult]:
+        repo = MediaUsageWorkRepository(conn)
+        versions = [(i.content_id, i.work_version) for i in items]
+        claimed = repo.claim_batch(collection_id, versions, self.lease_seconds)
+        taken = {(r.content_id, r.work_version) for r in claimed}
+        results = [
+            ProcessResult(Outcome.CLAIM_LOST, i.collection_id, i.content_id, i.work_version)
+            for i in items
+            if (i.content_id, i.work_version) not in taken
+        ]
+        # Rows of one collection may carry different slugs (captured before a rename).
+        by_slug: dict[str, list[WorkRecord]] = {}
+        for record in claimed:
+            by_slug.setdefault(record.collection_slug, []).append(record)
+        for records in by_slug.values():
+            results += self._claimed(conn, records)
+        return results
+
+    def _claimed(self, conn: Connection, records: list[WorkRecord]) -> list[ProcessResult]:
+        first = records[0]
+        try:
+            with self._keeping(records):
+                results = self._refresh_all(conn, records)
+        except self.interrupts:
+            conn.invalidate()
+            # The leases go back through the engine: this connection is gone.
+            engine_repo = MediaUsageWorkRepository(self.engine)
+            return [self._settle(engine_repo, r, ErrorCode.TIME_LIMIT) for r in records]
+        if any(r.outcome == Outcome.COMPLETED for r in results):
+            # Noted once, after the completions committed: were both in one transaction, the
+            # last two completions of a collection could each see the other's row and neither
+            # restore ``complete`` (the chaos test found this).
+            coverage.record_incremental_success(conn, first.collection_id, first.collection_slug)
+        return results
+
+    def _refresh_all(self, conn: Connection, records: list[WorkRecord]) -> list[ProcessResult]:
+        first = records[0]
+        repo = MediaUsageWorkRepository(conn)
+        ids = [r.content_id for r in records]
+        try:
+            state = projection.read_entries(
+                conn, first.collection_id, first.collection_slug, ids, columns_to_read
+            )
+        except Exception as exc:
+            if isinstance(exc, self.interrupts):
+                raise
+            code = refresh_error(ContentEntry(first.collection_id, first.collection_slug, ""), exc)
+            return [self._settle(repo, r, policy.work_error_code(code)) for r in records]
+        if not state.present:
+            return [self._obsolete(repo, r) for r in records]
+        writes: list[tuple[str, int, EntryWrite]] = []
+        failed: dict[str, RefreshCode] = {}
+        for record in records:
+            entry_state = state.entries[record.content_id]
+            try:
+                plan = plan_refresh(entry_state, state.fields, self.limits, _lease(record))
+            except Exception as exc:
+                if isinstance(exc, self.interrupts):
+                    raise
+                plan = refresh_error(entry_state.entry, exc)
+            if isinstance(plan, EntryWrite):
+                writes.append((record.content_id, record.work_version, plan))
+            else:
+                failed[record.content_id] = plan
+        if self.before_write is not None:
+            self.before_write()
+        token = first.lease_token
+        assert token is not None  # a claimed record holds its lease
+        written, completed = write_and_complete(conn, first.collection_id, token, writes)
+        results = []
+        for record in records:
+            if record.content_id in failed:
+                code = failed[record.content_id]
+                results.append(self._failed_refresh(repo, conn, record, code))
+            elif record.content_id in completed:
+                results.append(_result(record, Outcome.COMPLETED))
+            elif record.content_id in written:
+                results.append(_result(record, Outcome.SUPERSEDED))
+            else:
+                results.append(self._alone(repo, conn, record))
+        return results
+
+    def _alone(
+        self, repo: MediaUsageWorkRepository, conn: Connection, record: WorkRecord
+    ) -> ProcessResult:
+        """An entry whose compare-and-set lost in the batch: read and write it on its own."""
+        lease = _lease(record)
+        entry = ContentEntry(record.collection_id, record.collection_slug, record.content_id)
+        code = refresh_entry(conn, entry, self.limits, lease, reraise=self.interrupts)
+        if code is not None:
+            return self._failed_refresh(repo, conn, record, code)
+        if repo.complete_work(**asdict(lease)):
+            return _result(record, Outcome.COMPLETED)
+        return _result(record, Outcome.SUPERSEDED)
+
+    def _failed_refresh(
+        self,
+        repo: MediaUsageWorkRepository,
+        conn: Connection,
+        record: WorkRecord,
+        code: RefreshCode,
+    ) -> ProcessResult:
+        # A refresh of an entry whose collection is gone fails; the item is then obsolete.
+        if not is_registered(conn, record.collection_id, record.collection_slug):
+            return self._obsolete(repo, record)
+        return self._settle(repo, record, policy.work_error_code(code))
+
+    @staticmethod
+    def _obsolete(repo: MediaUsageWorkRepository, record: WorkRecord) -> ProcessResult:
+        done = repo.complete_work(**asdict(_lease(record)))
+        return _result(record, Outcome.OBSOLETE if done else Outcome.SUPERSEDED)
+
+    def _settle(
+        self, repo: MediaUsageWorkRepository, record: WorkRecord, code: ErrorCode
+    ) -> ProcessResult:
+        """Retry the item with backoff, or fail it for good (and say so on the coverage row)."""
+        lease = _lease(record)
+        if policy.is_terminal(code, record.attempt_count):
+            if not repo.fail_work(**asdict(lease), error_code=code):
+                return _result(record, Outcome.SUPERSEDED, code)
+            coverage.record_incremental_failure(
+                repo.bind, record.collection_id, record.collection_slug, record.content_id,
+                record.work_version, code,
+            )  # fmt: skip
+            return _result(record, Outcome.FAILED, code)
+        delay = policy.retry_delay_seconds(record.attempt_count, self.rand)
+        if repo.retry_work(**asdict(lease), retry_delay_seconds=delay, error_code=code):
+            return _result(record, Outcome.RETRY, code)
+        return _result(record, Outcome.SUPERSEDED, code)
+
+    def _keeping(self, records: list[WorkRecord]) -> AbstractContextManager[object]:
+        if self.heartbeat is None:
+            return nullcontext()
+        return keeper.keeping(
+            MediaUsageWorkRepository(self.engine),
+            records[0],
+            lease_seconds=self.lease_seconds,
+            every_seconds=self.heartbeat.every_seconds,
+            max_seconds=self.heartbeat.max_seconds,
+            versions=tuple((r.content_id, r.work_version) for r in records),
+        )
+
+
+def _by_collection(items: Sequence[Item]) -> dict[str, list[Item]]:
+    groups: dict[str, list[Item]] = {}
+    for item in items:
+        groups.setdefault(item.collection_id, []).append(item)
+    return groups
+
+
+def _lease(record: WorkRecord) -> Lease:
+    lease = record.lease
+    assert lease is not None  # a claimed record holds its lease
+    return lease
+
+
+def _result(record: WorkRecord, outcome: Outcome, code: ErrorCode | None = None) -> ProcessResult:
+    return ProcessResult(
+        outcome, record.collection_id, record.content_id, record.work_version, code
+    )

@@ -1,0 +1,169 @@
+"""The batch path against real databases: one batch, many outcomes, each item only itself."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import sqlalchemy as sa
+
+from media_usage_worker.domain.content_model import FieldDefinition
+from media_usage_worker.domain.errors import InvalidArgument
+from media_usage_worker.domain.policy import Limits
+from media_usage_worker.domain.snapshots import ContentEntry
+from media_usage_worker.pipeline.batch import BatchRun, Item, checked_items
+from media_usage_worker.pipeline.refresh import refresh_entry
+from tests.index_oracle import actual_index, expected_index
+from tests.support import PAST, active_collection, get_work, set_work, status_row
+
+FIELDS = [FieldDefinition("title", "Title", "string"), FieldDefinition("hero", "Hero", "image")]
+
+
+def sql(engine: sa.Engine, statement: str, **params: object) -> None:
+    with engine.begin() as conn:
+        conn.execute(sa.text(statement), params)
+
+
+def write(engine: sa.Engine, count: int, prefix: str = "e") -> list[str]:
+    ids = [f"{prefix}{i:03d}" for i in range(count)]
+    with engine.begin() as conn:
+        for content_id in ids:
+            conn.execute(
+                sa.text("INSERT INTO ec_posts (id, hero) VALUES (:i, :h)"),
+                {"i": content_id, "h": f"m-{content_id}"},
+            )
+    return ids
+
+
+def items(collection_id: str, ids: list[str], version: int = 1) -> list[Item]:
+    return [Item(collection_id, content_id, version) for content_id in ids]
+
+
+def outcomes(results: list) -> dict[str, str]:
+    return {r.content_id: str(r.outcome) for r in results}
+
+
+@pytest.fixture
+def media_posts(db: sa.Engine):
+    """The posts collection with a title and an image field, capture active."""
+    return active_collection(db, "posts", FIELDS)
+
+
+def test_a_batch_indexes_every_item_and_restores_coverage(db, media_posts) -> None:
+    ids = write(db, 60)
+    results = BatchRun(db, Limits()).run(items(media_posts.id, ids))
+    assert set(outcomes(results).values()) == {"completed"}
+    assert actual_index(db) == expected_index(db)
+    assert all(get_work(db, media_posts.id, i) is None for i in ids)
+
+
+def test_each_item_of_a_mixed_batch_ends_as_itself(db, media_posts) -> None:
+    ids = write(db, 6)
+    # e000: its message is stale (the row is at version 2 after a second write).
+    sql(db, "UPDATE ec_posts SET hero = 'm-new' WHERE id = 'e000'")
+    # e001: its draft revision is missing: retried with the snapshot code.
+    sql(
+        db,
+        "INSERT INTO revisions (id, collection, entry_id, data) VALUES ('r', 'posts', 'x', '{}')",
+    )
+    sql(db, "UPDATE ec_posts SET draft_revision_id = 'r' WHERE id = 'e001'")
+    set_work(db, media_posts.id, "e001", work_version=1)
+    # e003: written by the host after the batch read it, before its write.
+    batch = items(media_posts.id, ids)
+
+    def host_writes_e003() -> None:
+        sql(db, "UPDATE ec_posts SET hero = 'm-late' WHERE id = 'e003'")
+
+    results = BatchRun(db, Limits(), before_write=host_writes_e003).run(batch)
+    found = outcomes(results)
+    assert found["e000"] == "claim_lost"
+    assert found["e001"] == "retry"
+    assert get_work(db, media_posts.id, "e001")["last_error_code"] == "MEDIA_USAGE_SNAPSHOT_FAILED"
+    assert found["e003"] == "superseded"  # its lease was fenced by the host's write
+    assert found["e002"] == found["e004"] == found["e005"] == "completed"
+    assert get_work(db, media_posts.id, "e003")["state"] == "pending"
+    assert get_work(db, media_posts.id, "e000")["state"] == "pending"
+
+
+def test_an_item_over_the_resource_limit_fails_alone(db, media_posts) -> None:
+    ids = write(db, 3)
+    sql(db, "UPDATE ec_posts SET hero = NULL WHERE id IN ('e000', 'e002')")
+    for content_id in ("e000", "e002"):
+        set_work(db, media_posts.id, content_id, work_version=1)
+    # e001 holds one image; a limit of zero occurrences refuses it and only it.
+    results = BatchRun(db, Limits(max_occurrences=0)).run(items(media_posts.id, ids))
+    found = outcomes(results)
+    assert found == {"e000": "completed", "e001": "failed", "e002": "completed"}
+    assert get_work(db, media_posts.id, "e001")["last_error_code"] == "MEDIA_USAGE_RESOURCE_LIMIT"
+    assert status_row(db, media_posts.id)["status"] != "complete"
+
+
+def test_items_of_a_deleted_collection_are_obsolete_and_others_are_indexed(db, media_posts) -> None:
+    pages = active_collection(db, "pages", FIELDS)
+    ids = write(db, 2)
+    sql(db, "INSERT INTO ec_pages (id, hero) VALUES ('p1', 'm-p1')")
+    sql(db, "UPDATE _emdash_collections SET slug = 'gone' WHERE id = :i", i=pages.id)
+    results = BatchRun(db, Limits()).run([*items(media_posts.id, ids), Item(pages.id, "p1", 1)])
+    found = outcomes(results)
+    assert found == {"e000": "completed", "e001": "completed", "p1": "obsolete"}
+    assert get_work(db, pages.id, "p1") is None
+
+
+def test_duplicates_in_a_batch_count_once_and_bad_items_reject_it_whole() -> None:
+    batch = checked_items([["c", "e1", 1], ["c", "e1", "1"], ["c", "e2", 1]])
+    assert batch == [Item("c", "e1", 1), Item("c", "e2", 1)]
+    for bad in ([], [["c", "e1"]], [["c", "e1", 0]], [["c", "", 1]], [["c", "e", 1]] * 101):
+        with pytest.raises(InvalidArgument):
+            checked_items(bad)
+
+
+def test_a_batch_whose_lease_ran_out_writes_nothing(db, media_posts) -> None:
+    ids = write(db, 5)
+
+    def leases_run_out() -> None:
+        sql(db, "UPDATE _emdash_media_usage_work SET lease_expires_at = :p", p=PAST)
+
+    results = BatchRun(db, Limits(), before_write=leases_run_out).run(items(media_posts.id, ids))
+    assert set(outcomes(results).values()) == {"superseded"}
+    with db.connect() as conn:
+        assert (
+            conn.execute(sa.text("SELECT count(*) FROM _emdash_media_usage_sources")).scalar() == 0
+        )
+        assert conn.execute(sa.text("SELECT count(*) FROM _emdash_media_usage")).scalar() == 0
+
+
+def test_two_workers_given_overlapping_batches_process_each_item_once(db, media_posts) -> None:
+    ids = write(db, 80)
+    first, second = items(media_posts.id, ids[:60]), items(media_posts.id, ids[20:])
+    start = threading.Barrier(2)
+    results: list = []
+
+    def worker(batch: list[Item]) -> None:
+        start.wait(timeout=30)
+        results.extend(BatchRun(db, Limits()).run(batch))
+
+    threads = [threading.Thread(target=worker, args=(b,)) for b in (first, second)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    completed = [r.content_id for r in results if r.outcome == "completed"]
+    assert sorted(completed) == sorted(ids)  # every item exactly once
+    assert {str(r.outcome) for r in results} <= {"completed", "claim_lost"}
+    assert actual_index(db) == expected_index(db)
+
+
+def test_an_entry_written_meanwhile_by_a_repair_is_read_again_alone(db, media_posts) -> None:
+    ids = write(db, 3)
+    entry = ContentEntry(media_posts.id, "posts", "e001")
+
+    def a_repair_refreshes_e001() -> None:
+        assert refresh_entry(db, entry, Limits()) is None  # no lease, as repair writes
+
+    results = BatchRun(db, Limits(), before_write=a_repair_refreshes_e001).run(
+        items(media_posts.id, ids)
+    )
+    # e001's compare-and-set lost to the repair; read again on its own, it is unchanged.
+    assert set(outcomes(results).values()) == {"completed"}
+    assert get_work(db, media_posts.id, "e001") is None
+    assert actual_index(db) == expected_index(db)
