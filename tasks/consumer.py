@@ -24,6 +24,7 @@ from media_usage_worker.domain.messages import (
     NO_ARGUMENTS,
     ArgumentCheck,
     TimeLimits,
+    batch_arguments,
     check_message,
     item_arguments,
 )
@@ -35,6 +36,7 @@ ARGUMENT_CHECKS: dict[str, ArgumentCheck] = {
     "media_usage.tick": NO_ARGUMENTS,
     "media_usage.reconcile_tick": NO_ARGUMENTS,
     "media_usage.process_work": item_arguments(),
+    "media_usage.process_batch": batch_arguments(),
 }
 
 

@@ -1,4 +1,4 @@
-"""Sending ``media_usage.process_work`` messages: ids only, short-lived, not sent twice at once.
+"""Sending work messages: ids only, short-lived, not sent twice at once, batched in a backlog.
 
 A message names an item and the version it was due at; the database decides everything else.
 A short-lived ledger key per (item, version) (``tasks.ledger``) keeps the tick from queueing
@@ -47,28 +47,53 @@ def release(collection_id: str, content_id: str, work_version: object) -> None:
     _ledger().release(ledger.dispatch_key(collection_id, content_id, str(work_version)))
 
 
+def release_all(items: Sequence[tuple[str, str, int]]) -> None:
+    """``release`` for every item of a batch."""
+    for collection_id, content_id, work_version in items:
+        release(collection_id, content_id, work_version)
+
+
 def send(items: Sequence[WorkRecord], ttl: int | None = None) -> list[str]:
-    """Send one message per item not already in flight; returns the task ids sent."""
-    from tasks.work import process_work
+    """Send the items not already in flight; returns, per item sent, the id of its message.
+
+    More than ``MEDIA_USAGE_BATCH_THRESHOLD`` items go as ``process_batch`` messages of up to
+    ``MEDIA_USAGE_BATCH_SIZE`` items of one collection; fewer go one message each.
+    """
+    from tasks.work import process_batch, process_work
 
     ttl = ttl or settings.dispatch_ttl_seconds()
-    sent = []
     reserved = _ledger().reserve(
         [ledger.dispatch_key(i.collection_id, i.content_id, i.work_version) for i in items], ttl
     )
+    todo = [item for item, go in zip(items, reserved, strict=True) if go]
+    options = {"expires": ttl, "queue": queue_name(), "priority": ITEM_PRIORITY}
+    sent: list[str] = []
     with app.producer_or_acquire() as producer:
-        for item, go in zip(items, reserved, strict=True):
-            if not go:
-                continue
-            result = process_work.apply_async(
-                args=(item.collection_id, item.content_id, item.work_version),
-                expires=ttl,
-                queue=queue_name(),
-                priority=ITEM_PRIORITY,
-                producer=producer,
-            )
-            sent.append(result.id)
+        if len(todo) <= settings.batch_threshold():
+            for item in todo:
+                result = process_work.apply_async(
+                    args=(item.collection_id, item.content_id, item.work_version),
+                    producer=producer, **options,
+                )  # fmt: skip
+                sent.append(result.id)
+        else:
+            for batch in _batches(todo, settings.batch_size()):
+                ids = [[i.collection_id, i.content_id, i.work_version] for i in batch]
+                result = process_batch.apply_async(args=(ids,), producer=producer, **options)
+                sent += [result.id] * len(batch)
     return sent
+
+
+def _batches(items: list[WorkRecord], size: int) -> list[list[WorkRecord]]:
+    """Items grouped by collection, in runs of at most ``size``."""
+    by_collection: dict[str, list[WorkRecord]] = {}
+    for item in items:
+        by_collection.setdefault(item.collection_id, []).append(item)
+    return [
+        group[start : start + size]
+        for group in by_collection.values()
+        for start in range(0, len(group), size)
+    ]
 
 
 def after_write(collection_slug: str, content_id: str) -> str | None:

@@ -10,6 +10,7 @@ import os
 
 from media_usage_worker.domain.errors import InvalidArgument
 from media_usage_worker.domain.policy import positive_setting
+from media_usage_worker.domain.work import MAX_BATCH
 
 DEFAULT_DATABASE_URL = "sqlite:///media_usage.db"
 LEASE_SECONDS = 60
@@ -87,3 +88,15 @@ def max_memory_per_child_kib() -> int:
 def dispatch_ttl_seconds() -> int:
     """How long a dispatched message lives (and suppresses re-dispatch of the same item)."""
     return positive_int("MEDIA_USAGE_DISPATCH_TTL", lease_seconds())
+
+
+def batch_size() -> int:
+    """Items per ``media_usage.process_batch`` message (1 to 100)."""
+    return min(positive_int("MEDIA_USAGE_BATCH_SIZE", 50), MAX_BATCH)
+
+
+def batch_threshold() -> int:
+    """A tick page with more due items than this is sent as batches, a smaller one item by item
+    (the fast path): a backfill runs at batch speed while a single write is still indexed at
+    once. Default: twice a two-process worker's concurrency."""
+    return positive_int("MEDIA_USAGE_BATCH_THRESHOLD", 4)

@@ -23,6 +23,7 @@ from typing import Any
 from media_usage_worker.domain import validation
 from media_usage_worker.domain.errors import InvalidArgument, InvalidMessage
 from media_usage_worker.domain.validation import storable
+from media_usage_worker.domain.work import checked_items
 
 JSON_CONTENT_TYPE = "application/json"
 UTF8_ENCODINGS = frozenset({"utf-8", "utf8"})
@@ -314,6 +315,17 @@ def positional(*names: str, checks: Mapping[str, Callable[[object], object]]) ->
 
 
 NO_ARGUMENTS: ArgumentCheck = positional(checks={})
+
+
+def batch_arguments() -> ArgumentCheck:
+    """``(items)``: 1 to ``MAX_BATCH`` lists of ``[collection_id, content_id, work_version]``."""
+    return positional("items", checks={"items": _batch_items})
+
+
+def _batch_items(value: object) -> None:
+    if not isinstance(value, list):
+        raise InvalidArgument("items is not a list")
+    checked_items(value)
 
 
 def item_arguments() -> ArgumentCheck:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
+from media_usage_worker.domain import validation as check
+from media_usage_worker.domain.errors import InvalidArgument
 from media_usage_worker.domain.vocabulary import RetryOutcome, WorkState
 
 
@@ -95,3 +98,29 @@ def due_order(record: WorkRecord) -> tuple[str, str, str, str]:
 def operator_order(item: OperatorWorkItem) -> tuple[str, str]:
     """Sort key for the operator listing, which is newest first (use ``reverse=True``)."""
     return (item.updated_at, item.content_id)
+
+
+MAX_BATCH = 100
+
+
+@dataclass(frozen=True)
+class Item:
+    """One work item of a message: ids and the version it was sent for."""
+
+    collection_id: str
+    content_id: str
+    work_version: int
+
+
+def checked_items(raw: Sequence[Sequence[object]]) -> list[Item]:
+    """Validate every item before any I/O (one bad item rejects the batch); duplicates count
+    once. Raises ``InvalidArgument``."""
+    if not 1 <= len(raw) <= MAX_BATCH:
+        raise InvalidArgument(f"A batch holds 1 to {MAX_BATCH} items.")
+    items: dict[Item, None] = {}
+    for one in raw:
+        if not isinstance(one, list | tuple) or len(one) != 3:
+            raise InvalidArgument("A batch item is [collection_id, content_id, work_version].")
+        collection_id, content_id = check.identity(one[0], one[1])
+        items[Item(collection_id, content_id, check.work_version(one[2]))] = None
+    return list(items)

@@ -1,4 +1,4 @@
-"""Process a batch of work items (1 to ``MAX_BATCH``) with a fixed number of statements.
+"""Process a batch of work items (1 to ``domain.work.MAX_BATCH``) with a fixed number of statements.
 
 Per collection of the batch: one guarded claim, one read of the fields, entries, drafts and
 sources, extraction in Python, then one transaction that writes every entry under a savepoint
@@ -17,11 +17,9 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from media_usage_worker.domain import policy
-from media_usage_worker.domain import validation as check
-from media_usage_worker.domain.errors import InvalidArgument
 from media_usage_worker.domain.snapshots import ContentEntry
 from media_usage_worker.domain.vocabulary import ErrorCode, Outcome, RefreshCode
-from media_usage_worker.domain.work import Lease, WorkRecord
+from media_usage_worker.domain.work import Item, Lease, WorkRecord
 from media_usage_worker.pipeline.lease_keeper import keeper
 from media_usage_worker.pipeline.refresh import (
     columns_to_read,
@@ -37,17 +35,6 @@ from repository.work_processing import write_and_complete
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection, Engine
-
-MAX_BATCH = 100
-
-
-@dataclass(frozen=True)
-class Item:
-    """One work item of a message: ids and the version it was sent for."""
-
-    collection_id: str
-    content_id: str
-    work_version: int
 
 
 @dataclass(frozen=True)
@@ -66,20 +53,6 @@ class ProcessResult:
 class Heartbeat:
     every_seconds: float
     max_seconds: float
-
-
-def checked_items(raw: Sequence[Sequence[object]]) -> list[Item]:
-    """Validate every item before any I/O (one bad item rejects the batch); duplicates count
-    once. Raises ``InvalidArgument``."""
-    if not 1 <= len(raw) <= MAX_BATCH:
-        raise InvalidArgument(f"A batch holds 1 to {MAX_BATCH} items.")
-    items: dict[Item, None] = {}
-    for one in raw:
-        if not isinstance(one, list | tuple) or len(one) != 3:
-            raise InvalidArgument("A batch item is [collection_id, content_id, work_version].")
-        collection_id, content_id = check.identity(one[0], one[1])
-        items[Item(collection_id, content_id, check.work_version(one[2]))] = None
-    return list(items)
 
 
 @dataclass

@@ -12,7 +12,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from media_usage_worker.domain import policy
-from media_usage_worker.pipeline.batch import BatchRun, Heartbeat, ProcessResult, checked_items
+from media_usage_worker.domain.work import checked_items
+from media_usage_worker.pipeline.batch import BatchRun, Heartbeat, ProcessResult
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine

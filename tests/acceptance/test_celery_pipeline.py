@@ -65,16 +65,23 @@ def drained(db: sa.Engine, entries: int) -> bool:
 
 
 class Outcomes:
-    """Results of process_work in this process (the in-process worker runs here)."""
+    """Per item, the outcomes of process_work and process_batch in this process (the
+    in-process worker runs here); ``batches`` counts the batch messages."""
 
     def __init__(self) -> None:
         self.items: list[dict] = []
+        self.batches = 0
         self.lock = threading.Lock()
 
     def __call__(self, sender=None, result=None, **_) -> None:
-        if sender is not None and sender.name == "media_usage.process_work":
-            with self.lock:
+        name = getattr(sender, "name", None)
+        with self.lock:
+            if name == "media_usage.process_work":
                 self.items.append(result)
+            elif name == "media_usage.process_batch":
+                self.batches += 1
+                for outcome, count in result["outcomes"].items():
+                    self.items += [{"outcome": outcome}] * count
 
 
 @pytest.fixture
@@ -100,6 +107,22 @@ def test_in_process_worker_indexes_entries_written_by_plain_sql(
     assert_index_is_exact(db)
     completed = [o for o in outcomes.items if o["outcome"] == "completed"]
     assert len(completed) == 200
+    assert outcomes.batches >= 4  # a backlog of 200 goes as batches of at most 50
+
+
+def test_a_forged_batch_is_dropped_whole_and_a_real_one_is_indexed(
+    db, sample_posts, celery_worker, outcomes, caplog
+) -> None:
+    from tasks.work import process_batch
+
+    write_entries(db, 30)
+    real = [[sample_posts.id, f"e{i:04d}", 1] for i in range(30)]
+    for forged in ([*real[:2], ["x", "", 1]], [[sample_posts.id, "e0000"]], "not a list"):
+        process_batch.apply_async(args=(forged,))
+    process_batch.apply_async(args=(real + real[:5],))  # duplicates count once
+    wait_for(lambda: outcomes.batches >= 1, timeout=60)
+    assert sorted(o["outcome"] for o in outcomes.items) == ["completed"] * 30
+    assert_index_is_exact(db)
 
 
 def test_every_item_sent_five_times_is_processed_once(

@@ -11,7 +11,8 @@ from media_usage_worker.domain.content_model import FieldDefinition
 from media_usage_worker.domain.errors import InvalidArgument
 from media_usage_worker.domain.policy import Limits
 from media_usage_worker.domain.snapshots import ContentEntry
-from media_usage_worker.pipeline.batch import BatchRun, Item, checked_items
+from media_usage_worker.domain.work import Item, checked_items
+from media_usage_worker.pipeline.batch import BatchRun
 from media_usage_worker.pipeline.refresh import refresh_entry
 from tests.index_oracle import actual_index, expected_index
 from tests.support import PAST, active_collection, get_work, set_work, status_row
