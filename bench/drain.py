@@ -1,5 +1,5 @@
-"""Drain throughput: (a) this pipeline against (b) plain Celery and (c) procrastinate doing the
-same refresh."""
+"""Drain throughput: (a) this pipeline item by item and (d) in batches, against (b) plain Celery
+and (c) procrastinate doing the same refresh."""
 
 from __future__ import annotations
 
@@ -14,13 +14,18 @@ from bench.env import Bench, fill, wait_for_log, wait_until, work_left
 from bench.stats import Figure, alternate, ratios
 from repository.db import create_engine
 
+# (a): every due item goes as a message of its own, as before batches existed.
+ONE_BY_ONE = {"MEDIA_USAGE_BATCH_THRESHOLD": "1000000"}
 
-def pipeline(bench: Bench, dialect: str, entries: int, workers: int) -> float:
+
+def pipeline(
+    bench: Bench, dialect: str, entries: int, workers: int, *, batched: bool = True
+) -> float:
     """Items/s from the worker being ready to the work table being empty (beat ticking)."""
     url = bench.database(dialect)
     fill(url, entries)
     bench.flush_redis()
-    env = bench.env(url, MEDIA_USAGE_TICK_SECONDS="1")
+    env = bench.env(url, MEDIA_USAGE_TICK_SECONDS="1", **({} if batched else ONE_BY_ONE))
     engine = create_engine(url)
     # Beat first, so its first tick waits in the queue; both sides time from "worker ready".
     beat = bench.celery("tasks", ["beat", "-s", str(bench.tmp / f"beat-{time.time()}")], env)
@@ -122,16 +127,20 @@ def run(
     lines = []
     for workers in worker_counts:
         sides = [
+            lambda w=workers: pipeline(bench, "postgresql", entries, w, batched=False),
             lambda w=workers: pipeline(bench, "postgresql", entries, w),
             lambda w=workers: plain_celery(bench, "postgresql", entries, w),
         ]
         if with_procrastinate:
             sides.append(lambda w=workers: procrastinate_jobs(bench, "postgresql", entries, w))
-        a, b, *c = alternate(repeat, *sides)
+        a, d, b, *c = alternate(repeat, *sides)
         name = f"drain PG {workers} workers"
         lines += [
-            Figure(f"{name} (a) pipeline", tuple(a), "items/s").line(),
+            Figure(f"{name} (a) pipeline, item by item", tuple(a), "items/s").line(),
+            Figure(f"{name} (d) pipeline, batches", tuple(d), "items/s").line(),
             Figure(f"{name} (b) plain Celery", tuple(b), "items/s").line(),
+            Figure(f"{name} d/a", tuple(ratios(d, a)), "").line(),
+            Figure(f"{name} d/b", tuple(ratios(d, b)), "").line(),
             Figure(f"{name} a/b", tuple(ratios(a, b)), "").line(),
         ]
         if c:
@@ -146,4 +155,4 @@ def run(
 
 def run_sqlite(bench: Bench, entries: int, repeat: int) -> list[str]:
     values = tuple(pipeline(bench, "sqlite", entries, 2) for _ in range(repeat))
-    return [Figure("drain SQLite 2 workers (a) pipeline", values, "items/s").line()]
+    return [Figure("drain SQLite 2 workers (d) pipeline, batches", values, "items/s").line()]

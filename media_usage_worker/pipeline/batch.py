@@ -29,7 +29,7 @@ from media_usage_worker.pipeline.refresh import (
 )
 from repository import coverage, projection
 from repository.collections import is_registered
-from repository.projection import EntryWrite
+from repository.projection import CollectionState, EntryWrite
 from repository.work import MediaUsageWorkRepository
 from repository.work_processing import write_and_complete
 
@@ -129,6 +129,28 @@ class BatchRun:
             return [self._settle(repo, r, policy.work_error_code(code)) for r in records]
         if not state.present:
             return [self._obsolete(repo, r) for r in records]
+        writes, failed = self._plan_all(state, records)
+        if self.before_write is not None:
+            self.before_write()
+        token = first.lease_token
+        assert token is not None  # a claimed record holds its lease
+        written, completed = write_and_complete(conn, first.collection_id, token, writes)
+        results = []
+        for record in records:
+            if record.content_id in failed:
+                code = failed[record.content_id]
+                results.append(self._failed_refresh(repo, conn, record, code))
+            elif record.content_id in written:
+                done = record.content_id in completed
+                results.append(_result(record, Outcome.COMPLETED if done else Outcome.SUPERSEDED))
+            else:
+                results.append(self._alone(repo, conn, record))
+        return results
+
+    def _plan_all(
+        self, state: CollectionState, records: list[WorkRecord]
+    ) -> tuple[list[tuple[str, int, EntryWrite]], dict[str, RefreshCode]]:
+        """Each entry's write, or the code of why it has none."""
         writes: list[tuple[str, int, EntryWrite]] = []
         failed: dict[str, RefreshCode] = {}
         for record in records:
@@ -143,23 +165,7 @@ class BatchRun:
                 writes.append((record.content_id, record.work_version, plan))
             else:
                 failed[record.content_id] = plan
-        if self.before_write is not None:
-            self.before_write()
-        token = first.lease_token
-        assert token is not None  # a claimed record holds its lease
-        written, completed = write_and_complete(conn, first.collection_id, token, writes)
-        results = []
-        for record in records:
-            if record.content_id in failed:
-                code = failed[record.content_id]
-                results.append(self._failed_refresh(repo, conn, record, code))
-            elif record.content_id in completed:
-                results.append(_result(record, Outcome.COMPLETED))
-            elif record.content_id in written:
-                results.append(_result(record, Outcome.SUPERSEDED))
-            else:
-                results.append(self._alone(repo, conn, record))
-        return results
+        return writes, failed
 
     def _alone(
         self, repo: MediaUsageWorkRepository, conn: Connection, record: WorkRecord

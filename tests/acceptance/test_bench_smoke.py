@@ -30,12 +30,14 @@ def test_every_benchmark_runs_and_prints_its_figures() -> None:
         if (m := FIGURE.match(line.strip()))
     }
     expected = [
-        "drain PG 2 workers (a) pipeline",
+        "drain PG 2 workers (a) pipeline, item by item",
+        "drain PG 2 workers (d) pipeline, batches",
         "drain PG 2 workers (b) plain Celery",
+        "drain PG 2 workers d/a",
         "drain PG 2 workers (c) procrastinate",
         "drain PG 2 workers a/b",
         "drain PG 2 workers a/c",
-        "drain SQLite 2 workers (a) pipeline",
+        "drain SQLite 2 workers (d) pipeline, batches",
         "tick 10,000/1,000, budget 10",
     ]
     assert [name for name in expected if figures.get(name, 0) <= 0] == [], done.stdout
