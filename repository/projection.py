@@ -12,14 +12,14 @@ occurrences are deleted in the promoting transaction, so the index never accumul
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import sqlalchemy as sa
 
 from media_usage_worker.domain.content_model import FieldDefinition
-from media_usage_worker.domain.errors import PromotionLost
 from media_usage_worker.domain.snapshots import ContentEntry, Revision, Snapshot, source_key
 from media_usage_worker.domain.work import Lease
 from repository.clock import db_now
@@ -29,7 +29,7 @@ from repository.db import Bind, read_transaction, transaction
 from repository.ids import new_ulid
 from repository.predicates import lease_held, registered
 from repository.schema import collections, occurrences, revisions, sources
-from repository.upsert import insert_factory
+from repository.upsert import insert_factory_for
 
 s = sources.c
 MATCH_COLUMNS = (
@@ -159,25 +159,6 @@ def _matches(observed: Mapping[str, Any]) -> list[sa.ColumnElement[bool]]:
     ]
 
 
-def _content_unchanged(snapshot: Snapshot) -> sa.ColumnElement[bool]:
-    """The content row is still the one the snapshot was read from."""
-    source = snapshot.source
-    if source["source_version"] is None or source["source_updated_at"] is None:
-        return sa.false()
-    revision_column = REVISION_COLUMN[snapshot.variant]
-    content = content_columns(
-        source["collection_slug"], ["id", "version", "updated_at", revision_column]
-    )
-    return sa.exists(
-        sa.select(1).where(
-            content.c.id == source["content_id"],
-            content.c.version == source["source_version"],
-            content.c.updated_at == source["source_updated_at"],
-            content.c[revision_column].is_not_distinct_from(source["revision_id"]),
-        )
-    )
-
-
 def is_unchanged(snapshot: Snapshot, observed: Mapping[str, Any] | None) -> bool:
     """Same fingerprint, complete and error-free: writing it again would change nothing."""
     return (
@@ -194,7 +175,7 @@ def _fence(lease: Lease | None) -> list[sa.ColumnElement[bool]]:
 
 @dataclass(frozen=True)
 class EntryWrite:
-    """What one entry's refresh writes: applied all or nothing (``apply_entry_write``).
+    """What one entry's refresh writes (``apply_writes``).
 
     Every part keeps its own compare-and-set: an unchanged source must still be exactly as read,
     a new generation is promoted only over the source row that was read and while the content
@@ -210,37 +191,107 @@ class EntryWrite:
     lease: Lease | None = None
 
 
-def apply_entry_write(conn: sa.Connection, write: EntryWrite) -> bool:
-    """Apply ``write`` under a savepoint of the caller's transaction; ``False`` (and nothing
-    of it written) when one of its guards no longer holds. Other entries are unaffected."""
-    try:
-        with conn.begin_nested():
-            for snapshot, observed in write.keep:
-                _check_unchanged(conn, snapshot, observed)
-            for snapshot, current in write.replace:
-                _promote(conn, snapshot, current, write.lease)
-            for source in write.remove:
-                _remove(conn, source, content_absent=write.content_absent, lease=write.lease)
-    except PromotionLost:
-        return False
-    return True
+def apply_writes(conn: sa.Connection, writes: Sequence[EntryWrite]) -> list[bool]:
+    """Apply each write inside the caller's transaction; per write, whether all of it held.
+
+    Each source row changes by one guarded statement, and a source's new occurrences are
+    inserted only once its row points at their generation, so a guard that loses writes
+    nothing for that source. An entry whose first guard loses is left alone; one whose later
+    guard loses (its second variant) keeps the sources already promoted, each consistent on
+    its own, and its caller refreshes it again. The new occurrences of every promoted source
+    go in one insert and the generations they replace in one delete.
+    """
+    now = _lock_collections(conn, writes)
+    occurrence_rows: list[dict[str, Any]] = []
+    replaced: list[tuple[str, str]] = []
+    held = []
+    for write in writes:
+        ok = now is not None and all(_unchanged(conn, snap, seen) for snap, seen in write.keep)
+        for snapshot, current in write.replace if ok else ():
+            generation = new_ulid()
+            if not _promote(conn, snapshot, current, write.lease, generation, now or ""):
+                ok = False
+                break
+            occurrence_rows += _occurrence_rows(snapshot, generation, now or "")
+            if current is not None:
+                replaced.append((current["source_key"], current["current_generation"]))
+        for source in write.remove if ok else ():
+            if not _remove(conn, source, content_absent=write.content_absent, lease=write.lease):
+                ok = False
+                break
+        held.append(ok)
+    if occurrence_rows:
+        conn.execute(occurrences.insert(), occurrence_rows)
+    if replaced:
+        o = occurrences.c
+        conn.execute(
+            occurrences.delete().where(
+                sa.or_(*(sa.and_(o.source_key == k, o.generation == g) for k, g in replaced))
+            )
+        )
+    return held
 
 
 def write_entry(bind: Bind, write: EntryWrite) -> bool:
-    """``apply_entry_write`` in a transaction of its own."""
+    """``apply_writes`` of one entry in a transaction of its own."""
     with transaction(bind) as conn:
-        return apply_entry_write(conn, write)
+        return apply_writes(conn, [write])[0]
 
 
-def _check_unchanged(conn: sa.Connection, snapshot: Snapshot, observed: Mapping[str, Any]) -> None:
+def _lock_collections(conn: sa.Connection, writes: Sequence[EntryWrite]) -> str | None:
+    """Lock the writes' collection rows and read the database clock once for all of them.
+
+    FOR KEY SHARE keeps a collection from being deleted under the write (PostgreSQL).
+    ``None`` when a collection is no longer registered with its id and slug.
+    """
+    identities = {
+        (snapshot.source["collection_id"], snapshot.source["collection_slug"])
+        for write in writes
+        for snapshot, _ in write.replace
+    }
+    now = None
+    for collection_id, slug in sorted(identities):
+        locked = conn.execute(
+            sa.select(collections.c.id, db_now().label("now"))
+            .where(collections.c.id == collection_id, collections.c.slug == slug)
+            .with_for_update(key_share=True)
+        ).first()
+        if locked is None:
+            return None
+        now = locked.now
+    return now if now is not None else conn.execute(sa.select(db_now())).scalar_one()
+
+
+def _unchanged(conn: sa.Connection, snapshot: Snapshot, observed: Mapping[str, Any]) -> bool:
     source = snapshot.source
     found = conn.execute(
         sa.select(1).where(
             *_matches(observed), registered(source["collection_id"], source["collection_slug"])
         )
     ).first()
-    if found is None:
-        raise PromotionLost
+    return found is not None
+
+
+def _occurrence_rows(snapshot: Snapshot, generation: str, now: str) -> list[dict[str, Any]]:
+    key = snapshot.source["source_key"]
+    return [
+        {
+            "id": new_ulid(),
+            "source_key": key,
+            "generation": generation,
+            "field_slug": o.field_slug,
+            "field_path": o.field_path,
+            "occurrence_index": o.occurrence_index,
+            "reference_type": o.reference_type,
+            "media_id": o.media_id,
+            "provider": o.provider,
+            "provider_asset_id": o.provider_asset_id,
+            "media_kind": o.media_kind,
+            "mime_type": o.mime_type,
+            "created_at": now,
+        }
+        for o in snapshot.occurrences
+    ]
 
 
 def _promote(
@@ -248,45 +299,18 @@ def _promote(
     snapshot: Snapshot,
     observed: Mapping[str, Any] | None,
     lease: Lease | None,
-) -> None:
-    """Write ``snapshot`` as a new generation and drop the one it replaces."""
+    generation: str,
+    now: str,
+) -> bool:
+    """Point the source row at ``generation``, guarded; ``False`` when a guard lost.
+
+    The guards: the collection is still registered, the content row is still the version the
+    snapshot was read from, the source row is still as observed (or still absent), and the
+    lease (if any) still holds its work row.
+    """
     source = snapshot.source
-    generation = new_ulid()
-    # FOR KEY SHARE keeps the collection from being deleted under the write (PostgreSQL);
-    # the same statement reads the database clock for every timestamp of the write.
-    locked = conn.execute(
-        sa.select(collections.c.id, db_now().label("now"))
-        .where(
-            collections.c.id == source["collection_id"],
-            collections.c.slug == source["collection_slug"],
-        )
-        .with_for_update(key_share=True)
-    ).first()
-    if locked is None:
-        raise PromotionLost
-    now = locked.now
-    if snapshot.occurrences:
-        conn.execute(
-            occurrences.insert(),
-            [
-                {
-                    "id": new_ulid(),
-                    "source_key": source["source_key"],
-                    "generation": generation,
-                    "field_slug": o.field_slug,
-                    "field_path": o.field_path,
-                    "occurrence_index": o.occurrence_index,
-                    "reference_type": o.reference_type,
-                    "media_id": o.media_id,
-                    "provider": o.provider,
-                    "provider_asset_id": o.provider_asset_id,
-                    "media_kind": o.media_kind,
-                    "mime_type": o.mime_type,
-                    "created_at": now,
-                }
-                for o in snapshot.occurrences
-            ],
-        )
+    if source["source_version"] is None or source["source_updated_at"] is None:
+        return False  # no content version to compare against: never promoted
     values = {
         **source,
         "current_generation": generation,
@@ -295,45 +319,69 @@ def _promote(
         "indexed_at": now,
         "updated_at": now,
     }
-    guards = [
-        registered(source["collection_id"], source["collection_slug"]),
-        _content_unchanged(snapshot),
-        *_fence(lease),
-    ]
-    if observed is None:
-        promoted = _insert_source(conn, values, guards)
-    else:
-        promoted = conn.execute(
-            sources.update()
-            .where(*_matches(observed), *guards)
-            .values(**values)
-            .returning(s.source_key)
-        ).first()
-    if promoted is None:
-        raise PromotionLost
+    statement = _promote_statement(
+        conn.dialect.name, tuple(values), source["collection_slug"],
+        REVISION_COLUMN[snapshot.variant], observed is None, lease is not None,
+    )  # fmt: skip
+    params = {f"v_{name}": value for name, value in values.items()}
+    params.update(
+        g_collection_id=source["collection_id"], g_slug=source["collection_slug"],
+        c_id=source["content_id"], c_version=source["source_version"],
+        c_updated_at=source["source_updated_at"], c_revision=source["revision_id"],
+    )  # fmt: skip
     if observed is not None:
-        _delete_generation(conn, observed["source_key"], observed["current_generation"])
+        params["m_source_key"] = observed["source_key"]
+        params.update({f"m_{name}": observed[name] for name in MATCH_COLUMNS})
+    if lease is not None:
+        params.update({f"l_{k}": v for k, v in asdict(lease).items()})
+    return conn.execute(statement, params).first() is not None
 
 
-def _insert_source(
-    conn: sa.Connection, values: Mapping[str, Any], guards: list[sa.ColumnElement[bool]]
-) -> sa.Row[Any] | None:
-    names = list(values)
-    select = sa.select(*(sa.literal(values[n], sources.c[n].type).label(n) for n in names)).where(
-        *guards
-    )
-    statement = (
-        insert_factory(conn)(sources)
-        .from_select(names, select)
-        .on_conflict_do_nothing(index_elements=[s.source_key])
-        .returning(s.source_key)
-    )
-    return conn.execute(statement).first()
+# Promotions run for every changed source: each shape is built once, with bound parameters
+# only (building a statement of 26 literals per source cost more than running it).
+@functools.lru_cache(maxsize=1024)
+def _promote_statement(
+    dialect: str, names: tuple[str, ...], slug: str, revision_column: str, insert: bool,
+    fenced: bool,
+) -> Any:  # fmt: skip
+    content = content_columns(slug, ["id", "version", "updated_at", revision_column])
+    guards: list[sa.ColumnElement[bool]] = [
+        registered(sa.bindparam("g_collection_id"), sa.bindparam("g_slug")),
+        sa.exists(
+            sa.select(1).where(
+                content.c.id == sa.bindparam("c_id"),
+                content.c.version == sa.bindparam("c_version"),
+                content.c.updated_at == sa.bindparam("c_updated_at"),
+                content.c[revision_column].is_not_distinct_from(
+                    sa.bindparam("c_revision", type_=sa.Text)
+                ),
+            )
+        ),
+    ]
+    if fenced:
+        guards.append(lease_held(_BOUND_LEASE))
+    bound = {n: sa.bindparam(f"v_{n}", type_=sources.c[n].type) for n in names}
+    if insert:
+        select = sa.select(*(bound[n].label(n) for n in names)).where(*guards)
+        return (
+            insert_factory_for(dialect)(sources)
+            .from_select(list(names), select)
+            .on_conflict_do_nothing(index_elements=[s.source_key])
+            .returning(s.source_key)
+        )
+    matches = [s.source_key == sa.bindparam("m_source_key")] + [
+        s[n].is_not_distinct_from(sa.bindparam(f"m_{n}", type_=s[n].type)) for n in MATCH_COLUMNS
+    ]
+    return sources.update().where(*matches, *guards).values(**bound).returning(s.source_key)
 
 
-def _delete_generation(conn: sa.Connection, key: str, generation: str) -> None:
-    o = occurrences.c
-    conn.execute(occurrences.delete().where(o.source_key == key, o.generation == generation))
+# The lease fence of a cached statement: its values are bound per execution (``l_*``).
+_BOUND_LEASE: Any = Lease(
+    sa.bindparam("l_collection_id", type_=sa.Text),  # type: ignore[arg-type]
+    sa.bindparam("l_content_id", type_=sa.Text),  # type: ignore[arg-type]
+    sa.bindparam("l_work_version", type_=sa.BigInteger),  # type: ignore[arg-type]
+    sa.bindparam("l_lease_token", type_=sa.Text),  # type: ignore[arg-type]
+)
 
 
 def _remove(
@@ -342,7 +390,7 @@ def _remove(
     *,
     content_absent: bool,
     lease: Lease | None,
-) -> None:
+) -> bool:
     """Remove a vanished source (and its occurrences) if it is still as observed."""
     guards = [
         *_fence(lease),
@@ -354,5 +402,6 @@ def _remove(
         guards.append(~sa.exists(sa.select(1).where(content.c.id == observed["content_id"])))
     deleted = conn.execute(sources.delete().where(*guards).returning(s.source_key)).first()
     if deleted is None:
-        raise PromotionLost
+        return False
     conn.execute(occurrences.delete().where(occurrences.c.source_key == observed["source_key"]))
+    return True

@@ -21,7 +21,7 @@ from repository.content_tables import content_columns
 from repository.db import Bind, read_transaction, transaction
 from repository.ids import new_ulid
 from repository.predicates import due_or_expired
-from repository.projection import EntryWrite, apply_entry_write
+from repository.projection import EntryWrite, apply_writes
 from repository.schema import collections, work
 from repository.stored_text import StoredText
 from repository.work_rows import WorkTable, current_identity, to_record, w
@@ -395,14 +395,15 @@ def write_and_complete(
     lease_token: str,
     items: Sequence[tuple[str, int, EntryWrite]],
 ) -> tuple[set[str], set[str]]:
-    """One transaction for a batch of one collection: each entry's write under a savepoint of
-    its own, then one guarded statement completing every item whose write held.
+    """One transaction for a batch of one collection: every entry's write (``apply_writes``),
+    then one guarded statement completing every item whose write held.
 
     Returns the content ids written and those completed. A write that held but whose
     completion lost (a newer version was captured meanwhile) stays: the newer work redoes it.
     """
     with transaction(bind) as conn:
-        written = {content_id for content_id, _, write in items if apply_entry_write(conn, write)}
+        held = apply_writes(conn, [write for _, _, write in items])
+        written = {content_id for (content_id, _, _), ok in zip(items, held, strict=True) if ok}
         done = [(content_id, version) for content_id, version, _ in items if content_id in written]
         completed = complete_batch_in(conn, collection_id, lease_token, done)
     return written, completed

@@ -79,7 +79,3 @@ class FieldDiscoveryError(MediaUsageError):
     """A repeater's validation JSON cannot be read (INVALID_REPEATER_VALIDATION)."""
 
     code = RefreshCode.INVALID_REPEATER_VALIDATION
-
-
-class PromotionLost(MediaUsageError):
-    """The guarded promote of a new generation matched no row: the write is rolled back."""
