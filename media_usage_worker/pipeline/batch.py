@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from media_usage_worker.domain import policy
@@ -68,13 +68,19 @@ class BatchRun:
     # Called after the entries were read and planned, before anything is written: tests use it
     # to race the batch (a write, a lost lease, a slow item, the soft time limit).
     before_write: Callable[[], None] | None = None
+    # Set once an interrupt (the soft time limit) arrived: the rest of the batch is not started.
+    _interrupted: bool = field(default=False, init=False)
 
     def run(self, items: Sequence[Item]) -> list[ProcessResult]:
         results: list[ProcessResult] = []
         # One connection for the whole batch: one checkout and one pre-ping.
         with self.engine.connect() as conn:
             for collection_id, group in _by_collection(items).items():
-                results += self._collection(conn, collection_id, group)
+                if self._interrupted:
+                    # Not claimed, so still due: a later tick sends these items again.
+                    results += [_lost(i) for i in group]
+                else:
+                    results += self._collection(conn, collection_id, group)
         return results
 
     def _collection(
@@ -84,17 +90,18 @@ class BatchRun:
         versions = [(i.content_id, i.work_version) for i in items]
         claimed = repo.claim_batch(collection_id, versions, self.lease_seconds)
         taken = {(r.content_id, r.work_version) for r in claimed}
-        results = [
-            ProcessResult(Outcome.CLAIM_LOST, i.collection_id, i.content_id, i.work_version)
-            for i in items
-            if (i.content_id, i.work_version) not in taken
-        ]
+        results = [_lost(i) for i in items if (i.content_id, i.work_version) not in taken]
         # Rows of one collection may carry different slugs (captured before a rename).
         by_slug: dict[str, list[WorkRecord]] = {}
         for record in claimed:
             by_slug.setdefault(record.collection_slug, []).append(record)
         for records in by_slug.values():
-            results += self._claimed(conn, records)
+            if self._interrupted:
+                # Claimed before the interrupt: each goes back with the time-limit code.
+                engine_repo = MediaUsageWorkRepository(self.engine)
+                results += [self._settle(engine_repo, r, ErrorCode.TIME_LIMIT) for r in records]
+            else:
+                results += self._claimed(conn, records)
         return results
 
     def _claimed(self, conn: Connection, records: list[WorkRecord]) -> list[ProcessResult]:
@@ -103,6 +110,7 @@ class BatchRun:
             with self._keeping(records):
                 results = self._refresh_all(conn, records)
         except self.interrupts:
+            self._interrupted = True
             conn.invalidate()
             # The leases go back through the engine: this connection is gone.
             engine_repo = MediaUsageWorkRepository(self.engine)
@@ -233,6 +241,10 @@ def _by_collection(items: Sequence[Item]) -> dict[str, list[Item]]:
     for item in items:
         groups.setdefault(item.collection_id, []).append(item)
     return groups
+
+
+def _lost(item: Item) -> ProcessResult:
+    return ProcessResult(Outcome.CLAIM_LOST, item.collection_id, item.content_id, item.work_version)
 
 
 def _lease(record: WorkRecord) -> Lease:

@@ -168,3 +168,26 @@ def test_an_entry_written_meanwhile_by_a_repair_is_read_again_alone(db, media_po
     assert set(outcomes(results).values()) == {"completed"}
     assert get_work(db, media_posts.id, "e001") is None
     assert actual_index(db) == expected_index(db)
+
+
+class OutOfTime(Exception):
+    """Stands for the worker's soft time limit."""
+
+
+def test_the_soft_limit_stops_the_batch_and_gives_every_claimed_item_back(db, media_posts) -> None:
+    pages = active_collection(db, "pages", FIELDS)
+    ids = write(db, 3)
+    sql(db, "INSERT INTO ec_pages (id, hero) VALUES ('p1', 'm-p1')")
+
+    def time_is_up() -> None:
+        raise OutOfTime
+
+    run = BatchRun(db, Limits(), interrupts=(OutOfTime,), before_write=time_is_up)
+    results = run.run([*items(media_posts.id, ids), Item(pages.id, "p1", 1)])
+    found = {r.content_id: (str(r.outcome), r.error_code) for r in results}
+    assert found == {
+        **{i: ("retry", "MEDIA_USAGE_TIME_LIMIT") for i in ids},
+        "p1": ("claim_lost", None),  # never claimed: still due, sent again by a later tick
+    }
+    assert get_work(db, pages.id, "p1")["state"] == "pending"
+    assert all(get_work(db, media_posts.id, i)["attempt_count"] == 1 for i in ids)
