@@ -204,22 +204,10 @@ def apply_writes(conn: sa.Connection, writes: Sequence[EntryWrite]) -> list[bool
     now = _lock_collections(conn, writes)
     occurrence_rows: list[dict[str, Any]] = []
     replaced: list[tuple[str, str]] = []
-    held = []
-    for write in writes:
-        ok = now is not None and all(_unchanged(conn, snap, seen) for snap, seen in write.keep)
-        for snapshot, current in write.replace if ok else ():
-            generation = new_ulid()
-            if not _promote(conn, snapshot, current, write.lease, generation, now or ""):
-                ok = False
-                break
-            occurrence_rows += _occurrence_rows(snapshot, generation, now or "")
-            if current is not None:
-                replaced.append((current["source_key"], current["current_generation"]))
-        for source in write.remove if ok else ():
-            if not _remove(conn, source, content_absent=write.content_absent, lease=write.lease):
-                ok = False
-                break
-        held.append(ok)
+    held = [
+        now is not None and _apply_one(conn, write, now, occurrence_rows, replaced)
+        for write in writes
+    ]
     if occurrence_rows:
         conn.execute(occurrences.insert(), occurrence_rows)
     if replaced:
@@ -230,6 +218,30 @@ def apply_writes(conn: sa.Connection, writes: Sequence[EntryWrite]) -> list[bool
             )
         )
     return held
+
+
+def _apply_one(
+    conn: sa.Connection,
+    write: EntryWrite,
+    now: str,
+    occurrence_rows: list[dict[str, Any]],
+    replaced: list[tuple[str, str]],
+) -> bool:
+    """One entry's guarded source statements; adds the occurrences to insert and the
+    generations to delete once the batch's sources are written."""
+    if not all(_unchanged(conn, snapshot, seen) for snapshot, seen in write.keep):
+        return False
+    for snapshot, current in write.replace:
+        generation = new_ulid()
+        if not _promote(conn, snapshot, current, write.lease, generation, now):
+            return False
+        occurrence_rows += _occurrence_rows(snapshot, generation, now)
+        if current is not None:
+            replaced.append((current["source_key"], current["current_generation"]))
+    return all(
+        _remove(conn, source, content_absent=write.content_absent, lease=write.lease)
+        for source in write.remove
+    )
 
 
 def write_entry(bind: Bind, write: EntryWrite) -> bool:
