@@ -15,7 +15,7 @@ from media_usage_worker.domain.vocabulary import ActivationState, CaptureState, 
 from repository import schema, triggers
 from repository.clock import db_now
 from repository.content_tables import content_table_name
-from repository.predicates import status_row
+from repository.predicates import active_status_row, status_row
 from repository.upsert import insert_factory
 
 _status = schema.index_status.c
@@ -156,9 +156,7 @@ def activate(engine: sa.Engine) -> list[str]:
 def _capture_is_active(conn: sa.Connection, collection_id: str, slug: str) -> bool:
     return (
         conn.execute(
-            sa.select(_status.capture_state).where(
-                _status_row_for(collection_id, slug), _status.capture_state == CaptureState.ACTIVE
-            )
+            sa.select(_status.capture_state).where(*active_status_row(collection_id, slug))
         ).first()
         is not None
     )

@@ -7,7 +7,7 @@ import sqlalchemy as sa
 from media_usage_worker.domain.vocabulary import CaptureState, CoverageStatus, WorkState
 from repository.clock import db_now
 from repository.db import Bind, transaction
-from repository.predicates import registered, status_row
+from repository.predicates import active_status_row, registered, status_row
 from repository.schema import (
     ADAPTER_ID,
     SCOPE_TYPE,
@@ -20,11 +20,7 @@ st = index_status.c
 
 
 def _active_status(collection_id: object, slug: object) -> list[sa.ColumnElement[bool]]:
-    return [
-        *status_row(collection_id, slug),
-        st.capture_state == CaptureState.ACTIVE,
-        registered(collection_id, slug),
-    ]
+    return [*active_status_row(collection_id, slug), registered(collection_id, slug)]
 
 
 # The success timestamp is only rewritten when a second old, so completions do not all queue on

@@ -29,7 +29,13 @@ from repository.collections import load_fields
 from repository.content_tables import content_columns
 from repository.db import transaction
 from repository.ids import new_ulid
-from repository.predicates import being_deleted, due_or_expired, registered, status_row
+from repository.predicates import (
+    active_status_row,
+    being_deleted,
+    due_or_expired,
+    registered,
+    status_row,
+)
 from repository.schema import ADAPTER_ID, SCOPE_TYPE, index_status, reconciliations, sources, work
 
 LEASE_SECONDS = 60
@@ -81,8 +87,7 @@ def _status_of(c: Coordinator) -> list[sa.ColumnElement[bool]]:
 def _owns_run(c: Coordinator) -> list[sa.ColumnElement[bool]]:
     """The status row still belongs to this run at its epoch."""
     return [
-        *_status_of(c),
-        _st.capture_state == CaptureState.ACTIVE,
+        *active_status_row(c.collection_id, c.collection_slug),
         _st.reconciliation_required == 1,
         _st.status == CoverageStatus.RUNNING,
         _st.cursor == c.run_token,
@@ -297,8 +302,7 @@ def start_run(engine: sa.Engine, c: Coordinator) -> RunStart | None:
         epoch = conn.execute(
             index_status.update()
             .where(
-                *_status_of(c),
-                _st.capture_state == CaptureState.ACTIVE,
+                *active_status_row(c.collection_id, c.collection_slug),
                 _st.reconciliation_required == 1,
                 sa.or_(
                     _st.status != CoverageStatus.RUNNING,

@@ -9,12 +9,12 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 from media_usage_worker.domain.errors import RepairNotPossible
-from media_usage_worker.domain.vocabulary import CaptureState, CoverageStatus, ErrorCode
+from media_usage_worker.domain.vocabulary import CoverageStatus, ErrorCode
 from repository.activation import is_activation_active
 from repository.clock import db_now
 from repository.content_tables import content_columns
 from repository.db import Bind, transaction
-from repository.predicates import status_row
+from repository.predicates import active_status_row, status_row
 from repository.schema import index_status, sources, work
 
 _st = index_status.c
@@ -30,7 +30,7 @@ def begin_repair(
             raise RepairNotPossible("Repair needs incremental capture to be activated first.")
         epoch = conn.execute(
             index_status.update()
-            .where(*status_row(collection_id, slug), _st.capture_state == CaptureState.ACTIVE)
+            .where(*active_status_row(collection_id, slug))
             .values(
                 status=CoverageStatus.RUNNING, schema_version=1, started_at=db_now(),
                 completed_at=None, cursor=run_token, indexed_source_count=0,
