@@ -84,13 +84,20 @@ def lease_expired(column: sa.ColumnElement[str]) -> sa.ColumnElement[bool]:
 
 def lease_held(lease: Lease) -> sa.Exists:
     """True while this exact lease still holds its row: fences writes of a stale holder."""
+    return lease_held_by(
+        lease.collection_id, lease.content_id, lease.work_version, lease.lease_token
+    )
+
+
+def lease_held_by(collection_id: Any, content_id: Any, work_version: Any, token: Any) -> sa.Exists:
+    """``lease_held`` of a lease given as values or columns (a row set's, say)."""
     return sa.exists(
         sa.select(1).where(
-            _w.collection_id == lease.collection_id,
-            _w.content_id == lease.content_id,
-            _w.work_version == lease.work_version,
+            _w.collection_id == collection_id,
+            _w.content_id == content_id,
+            _w.work_version == work_version,
             _w.state == WorkState.LEASED,
-            _w.lease_token == lease.lease_token,
+            _w.lease_token == token,
             lease_is_live(_w.lease_expires_at),
         )
     )

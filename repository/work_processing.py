@@ -7,6 +7,7 @@ duplicate messages race for it (docs/design.md §3). Arguments are validated bef
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,8 +22,9 @@ from repository.content_tables import content_columns
 from repository.db import Bind, read_transaction, transaction
 from repository.ids import new_ulid
 from repository.predicates import due_or_expired
-from repository.projection import EntryWrite, apply_writes
+from repository.row_sets import RowSet
 from repository.schema import collections, work
+from repository.source_writes import EntryWrite, apply_writes
 from repository.stored_text import StoredText
 from repository.work_rows import WorkTable, current_identity, to_record, w
 
@@ -302,26 +304,55 @@ class ProcessingWork(WorkTable):
             return conn.execute(statement, params).rowcount > 0
 
 
-def _these_versions(
-    collection_id: str, versions: Sequence[tuple[str, int]]
-) -> sa.ColumnElement[bool]:
-    """Rows of this collection at exactly these (content id, version) pairs."""
-    return sa.and_(
-        w.collection_id == collection_id,
-        sa.or_(*(sa.and_(w.content_id == c, w.work_version == v) for c, v in versions)),
-    )
+# A batch names its rows by (content id, work version) in one JSON parameter: one statement
+# text for any batch size, where an OR of pairs cost milliseconds to build per call.
+_VERSIONS = RowSet("versions", (("content_id", sa.Text()), ("work_version", sa.BigInteger())))
 
 
-def _batch_lease(
-    collection_id: str, lease_token: str, versions: Sequence[tuple[str, int]]
-) -> list[sa.ColumnElement[bool]]:
-    """The rows this batch lease still holds: leased under its token, unexpired."""
+def _these_versions(dialect: str) -> list[sa.ColumnElement[bool]]:
+    """Rows of ``:b_collection_id`` at exactly the ``:versions`` (content id, version) pairs."""
+    v = _VERSIONS.table(dialect).c
     return [
-        _these_versions(collection_id, versions),
+        w.collection_id == sa.bindparam("b_collection_id", type_=sa.Text),
+        sa.tuple_(w.content_id, w.work_version).in_(sa.select(v.content_id, v.work_version)),
+    ]
+
+
+def _batch_lease(dialect: str) -> list[sa.ColumnElement[bool]]:
+    """The rows the batch lease ``:b_lease_token`` still holds: leased under it, unexpired."""
+    return [
+        *_these_versions(dialect),
         w.state == WorkState.LEASED,
-        w.lease_token == lease_token,
+        w.lease_token == sa.bindparam("b_lease_token", type_=sa.Text),
         lease_is_live(w.lease_expires_at),
     ]
+
+
+@functools.cache
+def _batch_statements(dialect: str) -> dict[str, Any]:
+    """The batch's claim, renewal and completion, built once per dialect."""
+    duration = sa.bindparam("b_duration", type_=sa.Integer)
+    claim = (
+        work.update()
+        .where(*_these_versions(dialect), _CLAIMABLE)
+        .values(
+            state=WorkState.LEASED,
+            lease_token=sa.bindparam("b_lease_token", type_=sa.Text),
+            lease_expires_at=db_now(duration),
+            last_attempted_at=db_now(),
+            updated_at=db_now(),
+        )
+        .returning(*work.c)
+    )
+    renew = work.update().where(*_batch_lease(dialect)).values(lease_expires_at=db_now(duration))
+    complete = work.delete().where(*_batch_lease(dialect)).returning(w.content_id)
+    return {"claim": claim, "renew": renew, "complete": complete}
+
+
+def _batch_params(
+    collection_id: str, versions: Sequence[tuple[str, int]], **extra: Any
+) -> dict[str, Any]:
+    return {"b_collection_id": collection_id, **_VERSIONS.bind(versions), **extra}
 
 
 class BatchWork(WorkTable):
@@ -338,20 +369,12 @@ class BatchWork(WorkTable):
         )
         if not versions:
             return []
-        statement = (
-            work.update()
-            .where(_these_versions(collection_id, versions), _CLAIMABLE)
-            .values(
-                state=WorkState.LEASED,
-                lease_token=new_ulid(),
-                lease_expires_at=db_now(duration),
-                last_attempted_at=db_now(),
-                updated_at=db_now(),
-            )
-            .returning(*work.c)
+        params = _batch_params(
+            collection_id, versions, b_lease_token=new_ulid(), b_duration=duration
         )
         with transaction(self.bind) as conn:
-            return [to_record(row) for row in conn.execute(statement)]
+            claim = _batch_statements(conn.dialect.name)["claim"]
+            return [to_record(row) for row in conn.execute(claim, params)]
 
     def extend_batch_lease(
         self,
@@ -364,13 +387,12 @@ class BatchWork(WorkTable):
         duration = check.duration_seconds(
             lease_duration_seconds, "lease duration", allow_zero=False
         )
-        statement = (
-            work.update()
-            .where(*_batch_lease(collection_id, lease_token, versions))
-            .values(lease_expires_at=db_now(duration))
+        params = _batch_params(
+            collection_id, versions, b_lease_token=lease_token, b_duration=duration
         )
         with transaction(self.bind) as conn:
-            renewed: int = conn.execute(statement).rowcount
+            renew = _batch_statements(conn.dialect.name)["renew"]
+            renewed: int = conn.execute(renew, params).rowcount
         return renewed
 
 
@@ -381,12 +403,9 @@ def complete_batch_in(
     the content ids completed (the others were fenced: a newer write or another holder)."""
     if not versions:
         return set()
-    statement = (
-        work.delete()
-        .where(*_batch_lease(collection_id, lease_token, versions))
-        .returning(w.content_id)
-    )
-    return set(conn.execute(statement).scalars())
+    complete = _batch_statements(conn.dialect.name)["complete"]
+    params = _batch_params(collection_id, versions, b_lease_token=lease_token)
+    return set(conn.execute(complete, params).scalars())
 
 
 def write_and_complete(

@@ -29,7 +29,8 @@ from media_usage_worker.pipeline.refresh import (
 )
 from repository import coverage, projection
 from repository.collections import is_registered
-from repository.projection import CollectionState, EntryWrite
+from repository.projection import CollectionState
+from repository.source_writes import EntryWrite
 from repository.work import MediaUsageWorkRepository
 from repository.work_processing import write_and_complete
 

@@ -26,7 +26,8 @@ from media_usage_worker.domain.vocabulary import RefreshCode
 from media_usage_worker.domain.work import Lease
 from repository import projection
 from repository.db import Bind
-from repository.projection import EntryState, EntryWrite
+from repository.projection import EntryState
+from repository.source_writes import EntryWrite, write_entry
 
 # A refresh that loses a race to a concurrent writer reads again once before giving up.
 REFRESH_ATTEMPTS = 2
@@ -68,7 +69,7 @@ def refresh_entry(
             plan = plan_refresh(state.entries[entry.content_id], state.fields, limits, lease)
             if not isinstance(plan, EntryWrite):
                 return plan
-            if projection.write_entry(bind, plan):
+            if write_entry(bind, plan):
                 return None
         return RefreshCode.GENERATION_CONFLICT
     except Exception as exc:

@@ -13,7 +13,7 @@ from media_usage_worker.domain.policy import Limits
 from media_usage_worker.domain.snapshots import ContentEntry
 from media_usage_worker.pipeline.process import process_work_item
 from media_usage_worker.pipeline.refresh import refresh_entry
-from repository import projection
+from repository import projection, source_writes
 from repository.usage import usage_count, usage_page
 from repository.work import MediaUsageWorkRepository
 from tests.index_oracle import actual_index, expected_index
@@ -171,12 +171,12 @@ def test_an_older_read_finishing_last_cannot_overwrite_the_newer_result(
     old_write = read_snapshot()  # processor A reads version 1 (m1)
     sql(db, "UPDATE ec_posts SET hero = 'm2', version = version + 1 WHERE id = 'e1'")
     # Content moved on: A's promotion is refused even before anyone else wrote.
-    assert projection.write_entry(db, old_write) is False
+    assert source_writes.write_entry(db, old_write) is False
     assert media_ids(db) == {}
     drain(db)  # processor B indexes version 2 (m2)
     assert media_ids(db) == {"columns": ["m2"]}
     # A finishes last, with its stale read and stale observation: refused again.
-    assert projection.write_entry(db, old_write) is False
+    assert source_writes.write_entry(db, old_write) is False
     assert media_ids(db) == {"columns": ["m2"]}
     assert actual_index(db) == expected_index(db)
 
