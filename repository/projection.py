@@ -7,6 +7,7 @@ write side, which promotes what was extracted from this read, is ``repository.so
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +20,7 @@ from repository.collections import load_fields
 from repository.content_tables import content_columns
 from repository.db import Bind, read_transaction
 from repository.predicates import registered
+from repository.row_sets import RowSet
 from repository.schema import collections, revisions, sources
 
 s = sources.c
@@ -41,6 +43,7 @@ SYSTEM_COLUMNS = (
     "translation_group",
 )  # fmt: skip
 REVISION_COLUMN = {"columns": "live_revision_id", "draft_overlay": "draft_revision_id"}
+_KEYS = RowSet("source_keys", (("source_key", sa.Text()),))
 
 
 @dataclass(frozen=True)
@@ -136,11 +139,20 @@ def _observed_sources(
     conn: sa.Connection, collection_id: str, ids: list[str]
 ) -> dict[str, dict[str, dict[str, Any]]]:
     """The entries' canonical source rows, by content id and variant."""
-    keys = [source_key(collection_id, i, v) for i in ids for v in REVISION_COLUMN]
+    keys = [(source_key(collection_id, i, v),) for i in ids for v in REVISION_COLUMN]
     found: dict[str, dict[str, dict[str, Any]]] = {}
-    for row in conn.execute(sa.select(sources).where(s.source_key.in_(keys))):
+    query = _observed_sources_statement(conn.dialect.name)
+    for row in conn.execute(query, _KEYS.bind(keys)):
         found.setdefault(row.content_id, {})[row.source_variant] = dict(row._mapping)
     return found
+
+
+@functools.cache
+def _observed_sources_statement(dialect: str) -> sa.Select[Any]:
+    # The keys as a row set: one statement text for any number of entries (an IN list of
+    # bound values is a new text, planned anew, for every length).
+    keys = _KEYS.table(dialect)
+    return sa.select(sources).where(s.source_key.in_(sa.select(keys.c.source_key)))
 
 
 def is_unchanged(snapshot: Snapshot, observed: Mapping[str, Any] | None) -> bool:

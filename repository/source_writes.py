@@ -46,6 +46,14 @@ _KEPT = RowSet(
     "kept", (*_MATCHED, ("g_collection_id", sa.Text()), ("g_collection_slug", sa.Text()))
 )
 _REPLACED = RowSet("replaced", (("source_key", sa.Text()), ("generation", sa.Text())))
+_OCCURRENCE_COLUMNS = (
+    "id", "source_key", "generation", "field_slug", "field_path", "occurrence_index",
+    "reference_type", "media_id", "provider", "provider_asset_id", "media_kind", "mime_type",
+    "created_at",
+)  # fmt: skip
+_OCCURRENCES = RowSet(
+    "occurrence_rows", tuple((n, occurrences.c[n].type) for n in _OCCURRENCE_COLUMNS)
+)
 
 
 @dataclass(frozen=True)
@@ -95,7 +103,7 @@ def apply_writes(conn: sa.Connection, writes: Sequence[EntryWrite]) -> list[bool
     held = _keeps_hold(conn, writes)
     promotions, unpromotable = _promotions(conn.dialect.name, writes, held, now)
     promoted = _promote_all(conn, promotions)
-    occurrence_rows: list[dict[str, Any]] = []
+    occurrence_rows: list[tuple[Any, ...]] = []
     replaced: list[tuple[str, str]] = []
     for p in promotions:
         if p.source_key in promoted:
@@ -106,7 +114,8 @@ def apply_writes(conn: sa.Connection, writes: Sequence[EntryWrite]) -> list[bool
     for index in unpromotable:
         held[index] = False
     if occurrence_rows:
-        conn.execute(occurrences.insert(), occurrence_rows)
+        statement = _insert_occurrences_statement(conn.dialect.name)
+        conn.execute(statement, _OCCURRENCES.bind(occurrence_rows))
     if replaced:
         conn.execute(_delete_generations_statement(conn.dialect.name), _REPLACED.bind(replaced))
     for index, write in enumerate(writes):
@@ -316,26 +325,26 @@ def _delete_generations_statement(dialect: str) -> sa.Delete:
     return occurrences.delete().where(sa.tuple_(o.source_key, o.generation).in_(pairs))
 
 
-def _occurrence_rows(snapshot: Snapshot, generation: str, now: str) -> list[dict[str, Any]]:
+@functools.cache
+def _insert_occurrences_statement(dialect: str) -> sa.Insert:
+    # A whole batch's new generations in one statement, whatever the number of rows.
+    rows = _OCCURRENCES.table(dialect)
+    return occurrences.insert().from_select(
+        list(_OCCURRENCE_COLUMNS), sa.select(*(rows.c[n] for n in _OCCURRENCE_COLUMNS))
+    )
+
+
+def _occurrence_rows(snapshot: Snapshot, generation: str, now: str) -> list[tuple[Any, ...]]:
+    """The rows of ``_OCCURRENCES`` for one snapshot's new generation."""
     key = snapshot.source["source_key"]
     return [
-        {
-            "id": new_ulid(),
-            "source_key": key,
-            "generation": generation,
-            "field_slug": o.field_slug,
-            "field_path": o.field_path,
-            "occurrence_index": o.occurrence_index,
-            "reference_type": o.reference_type,
-            "media_id": o.media_id,
-            "provider": o.provider,
-            "provider_asset_id": o.provider_asset_id,
-            "media_kind": o.media_kind,
-            "mime_type": o.mime_type,
-            "created_at": now,
-        }
+        (
+            new_ulid(), key, generation, o.field_slug, o.field_path, o.occurrence_index,
+            o.reference_type, o.media_id, o.provider, o.provider_asset_id, o.media_kind,
+            o.mime_type, now,
+        )
         for o in snapshot.occurrences
-    ]
+    ]  # fmt: skip
 
 
 def _remove(

@@ -70,43 +70,34 @@ def _lease_params(
     }
 
 
-def due_query(state: WorkState, limit: int) -> sa.Select[Any]:
-    """One state's due rows in its index order (the bench EXPLAINs these)."""
-    # Each state walks its own index (work_due or work_lease) in order; LIMIT stops early.
+def _due_order(state: WorkState) -> tuple[str, ...]:
+    """The columns of ``state``'s due index, in order (work_lease or work_due)."""
     if state == WorkState.LEASED:
-        return (
-            sa.select(work)
-            .where(w.state == state, is_due(w.lease_expires_at))
-            .order_by(w.lease_expires_at, w.collection_id, w.content_id)
-            .limit(limit)
-        )
-    return (
+        return ("lease_expires_at", "collection_id", "content_id")
+    return ("next_attempt_at", "updated_at", "collection_id", "content_id")
+
+
+@functools.cache
+def _due_page_statement(state: WorkState, after: bool) -> sa.Select[Any]:
+    """One state's due rows in its index order, from ``:d_<column>`` on with ``after``."""
+    # Each state walks its own index in order; LIMIT stops early.
+    order = [w[name] for name in _due_order(state)]
+    query = (
         sa.select(work)
-        .where(w.state == state, is_due(w.next_attempt_at))
-        .order_by(w.next_attempt_at, w.updated_at, w.collection_id, w.content_id)
-        .limit(limit)
+        .where(w.state == state, is_due(order[0]))
+        .order_by(*order)
+        .limit(sa.bindparam("d_limit", type_=sa.Integer))
     )
+    if after:
+        # StoredText: the last id of a page may be one a SQLite host stored as non-UTF-8.
+        position = [sa.bindparam(f"d_{c.name}", type_=StoredText) for c in order]
+        query = query.where(sa.tuple_(*order) > sa.tuple_(*position))
+    return query
 
 
-def _after(state: WorkState, record: WorkRecord) -> sa.ColumnElement[bool]:
-    """Keyset position strictly after ``record`` in ``state``'s index order."""
-    if state == WorkState.LEASED:
-        key = sa.tuple_(w.lease_expires_at, w.collection_id, w.content_id)
-        position: tuple[str | None, ...] = (
-            record.lease_expires_at,
-            record.collection_id,
-            record.content_id,
-        )
-    else:
-        key = sa.tuple_(w.next_attempt_at, w.updated_at, w.collection_id, w.content_id)
-        position = (
-            record.next_attempt_at,
-            record.updated_at,
-            record.collection_id,
-            record.content_id,
-        )
-    # StoredText: the last id of a page may be one a SQLite host stored as non-UTF-8.
-    return key > sa.tuple_(*(sa.literal(v, StoredText) for v in position))
+def due_query(state: WorkState, limit: int) -> sa.Select[Any]:
+    """One state's first ``limit`` due rows in its index order (the bench EXPLAINs these)."""
+    return _due_page_statement(state, False).params(d_limit=limit)
 
 
 class ProcessingWork(WorkTable):
@@ -127,11 +118,12 @@ class ProcessingWork(WorkTable):
         """
         if state not in DUE_STATES:
             raise InvalidArgument("Due pages exist for pending, retry and leased work only.")
-        query = due_query(state, check.due_limit(limit))
+        params: dict[str, Any] = {"d_limit": check.due_limit(limit)}
         if after is not None:
-            query = query.where(_after(state, after))
+            params |= {f"d_{name}": getattr(after, name) for name in _due_order(state)}
+        query = _due_page_statement(state, after is not None)
         with read_transaction(self.bind) as conn:
-            return [to_record(row) for row in conn.execute(query)]
+            return [to_record(row) for row in conn.execute(query, params)]
 
     def oldest_due(self) -> tuple[str, str | None]:
         """The database's now and the earliest due time of any due row (``None`` if none)."""

@@ -25,12 +25,13 @@ current_identity = sa.and_(
     collections.c.id == w.collection_id, collections.c.slug == w.collection_slug
 )
 _STATES = frozenset(state.value for state in WorkState)
+_RECORD_FIELDS = tuple(f.name for f in fields(WorkRecord))
 
 
 def to_record(row: sa.Row[Any]) -> WorkRecord:
     if row.state not in _STATES:
         raise MediaUsageError(f"Invalid media usage work state: {row.state!r}")
-    values = {f.name: getattr(row, f.name) for f in fields(WorkRecord)}
+    values = {name: getattr(row, name) for name in _RECORD_FIELDS}
     values["state"] = WorkState(row.state)
     for name in ("change_epoch", "work_version", "attempt_count"):
         values[name] = int(values[name])

@@ -42,15 +42,9 @@ def queued_messages() -> int | None:
         return None
 
 
-def release(collection_id: str, content_id: str, work_version: object) -> None:
-    """Forget the item's dispatch key so its next due time is honoured at once."""
-    _ledger().release(ledger.dispatch_key(collection_id, content_id, str(work_version)))
-
-
-def release_all(items: Sequence[tuple[str, str, int]]) -> None:
-    """``release`` for every item of a batch."""
-    for collection_id, content_id, work_version in items:
-        release(collection_id, content_id, work_version)
+def release(items: Sequence[tuple[str, str, int]]) -> None:
+    """Forget the items' dispatch keys so their next due time is honoured at once."""
+    _ledger().release([ledger.dispatch_key(*item) for item in items])
 
 
 def send(items: Sequence[WorkRecord], ttl: int | None = None) -> list[str]:

@@ -16,7 +16,7 @@ from media_usage_worker.domain.timestamps import seconds_between
 from media_usage_worker.domain.vocabulary import Outcome
 from media_usage_worker.domain.work import checked_items
 from media_usage_worker.pipeline.batch import BatchRun
-from media_usage_worker.pipeline.fan_out import fan_out_due_work
+from media_usage_worker.pipeline.fan_out import due_read_budget, fan_out_due_work
 from media_usage_worker.pipeline.process import Heartbeat, process_work_item
 from repository import coverage
 from repository.activation import is_activation_active
@@ -46,15 +46,12 @@ def tick(self: Task) -> dict[str, Any]:
     repo = MediaUsageWorkRepository(engine)
     ttl = settings.dispatch_ttl_seconds()
     queued = dispatch.queued_messages()
-    # Backpressure: top the queue up to its bound instead of piling up messages that would
-    # expire before a worker reached them.
-    # A message may carry a batch: each free message slot is room for a batch of items.
-    room = (
-        (settings.max_queued() - queued) * settings.batch_size()
-        if queued is not None
-        else settings.tick_budget()
+    budget = due_read_budget(
+        queued,
+        budget=settings.tick_budget(),
+        max_queued=settings.max_queued(),
+        batch_size=settings.batch_size(),
     )
-    budget = max(0, min(settings.tick_budget(), room))
     fanned = fan_out_due_work(repo, budget, lambda page: dispatch.send(page, ttl))
     now, oldest = repo.oldest_due()
     # A worker killed between an item's completion and its coverage note leaves the collection
@@ -66,7 +63,7 @@ def tick(self: Task) -> dict[str, Any]:
         "dispatched": fanned.sent,
         "unusable_settled": fanned.unusable,
         "queued_before": queued,
-        "budget_exhausted": fanned.seen >= budget,
+        "budget_exhausted": budget > 0 and fanned.seen >= budget,
         "coverage_restored": restored,
         "oldest_due_age_seconds": round(seconds_between(oldest, now), 3) if oldest else 0.0,
         "duration_ms": round((time.monotonic() - started) * 1000, 1),
@@ -101,7 +98,7 @@ def process_work(collection_id: Any, content_id: Any, work_version: Any) -> dict
         log.warning("media_usage.process_work ignored an invalid message: %s", exc)
         result = {"outcome": "claim_lost", "reason": "invalid message"}
     else:
-        dispatch.release(collection_id, content_id, work_version)
+        dispatch.release([(collection_id, content_id, work_version)])
     # The outcome is the task's result: Flower shows it from the task-succeeded event, so a
     # custom event per item would only double the event traffic.
     return result
@@ -128,7 +125,7 @@ def process_batch(items: Any) -> dict[str, Any]:
         heartbeat=Heartbeat(every_seconds=lease / 3, max_seconds=settings.time_limits()[0]),
         interrupts=OUT_OF_TIME,
     ).run(checked)
-    dispatch.release_all([(i.collection_id, i.content_id, i.work_version) for i in checked])
+    dispatch.release([(i.collection_id, i.content_id, i.work_version) for i in checked])
     return {
         "items": len(checked),
         "outcomes": dict(Counter(str(r.outcome) for r in results)),

@@ -21,6 +21,25 @@ class FanOut:
     unusable: int  # items settled without a message (unusable content ids)
 
 
+def due_read_budget(
+    queued_messages: int | None, *, budget: int, max_queued: int, batch_size: int
+) -> int:
+    """How many due items a tick reads, given the messages still waiting in the queue.
+
+    Items already sent but not yet claimed are still due, and come first in due order: a tick
+    that reads while the queue is well stocked re-reads them only to find them in flight. So
+    while the waiting messages may hold half the budget or more (each counted as a full batch)
+    the tick reads nothing, and otherwise it reads up to the budget: a backlog is topped up in
+    steps of about half the budget, each in-flight item re-read about once. The queue never
+    holds more than ``max_queued`` messages. With no depth reading (``None``), the budget.
+    """
+    if queued_messages is None:
+        return budget
+    if queued_messages * batch_size * 2 >= budget:
+        return 0
+    return max(0, min(budget, (max_queued - queued_messages) * batch_size))
+
+
 def fan_out_due_work(
     repo: MediaUsageWorkRepository,
     budget: int,

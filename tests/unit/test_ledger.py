@@ -14,7 +14,7 @@ def test_a_key_is_taken_once_until_released(tmp_path: Path) -> None:
     keys = [dispatch_key("c1", "e1", 1), dispatch_key("c1", "e2", 1), dispatch_key("c1", "e1", 1)]
     assert ledger.reserve(keys, ttl=60) == [True, True, False]
     assert ledger.reserve(keys[:1], ttl=60) == [False]
-    ledger.release(keys[0])
+    ledger.release(keys[:1])
     assert ledger.reserve(keys[:1], ttl=60) == [True]
     assert ledger.reserve([dispatch_key("c1", "e1", 2)], ttl=60) == [True]  # a newer version
 
@@ -33,7 +33,7 @@ def test_an_expired_marker_counts_as_free(tmp_path: Path) -> None:
 def test_ids_from_messages_never_become_paths(tmp_path: Path) -> None:
     ledger = FileLedger(tmp_path / "dispatched")
     ledger.reserve([dispatch_key("../../etc", "/passwd\x00", 1)], ttl=60)
-    ledger.release(dispatch_key("../../etc", "/passwd\x00", 1))
+    ledger.release([dispatch_key("../../etc", "/passwd\x00", 1)])
     assert [p.name for p in tmp_path.iterdir()] == ["dispatched"]
 
 

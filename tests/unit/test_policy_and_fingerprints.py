@@ -2,19 +2,29 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from media_usage_worker.domain import coverage, policy
 from media_usage_worker.domain.errors import EntryTooLarge
-from media_usage_worker.domain.extraction import ExtractionField
-from media_usage_worker.domain.fingerprint import PROJECTION_PATTERN, canonical_json
+from media_usage_worker.domain.extraction import ExtractionField, Occurrence
+from media_usage_worker.domain.fingerprint import (
+    PROJECTION_PATTERN,
+    PROJECTION_PREFIX,
+    SOURCE_PAYLOAD_KEYS,
+    canonical_json,
+    projection,
+)
 from media_usage_worker.domain.snapshots import (
     Revision,
     build_snapshots,
 )
 from media_usage_worker.domain.vocabulary import ErrorCode, RefreshCode
+from tests.support import examples
 
 
 @pytest.mark.parametrize(
@@ -190,3 +200,37 @@ def test_an_entry_over_the_size_limit_is_refused_before_its_text_is_parsed() -> 
         collection_id="C1", collection_slug="posts", fields=FIELDS, row=ROW,
         display_fields=[], revision=None, limits=limits,
     ).columns.occurrences  # fmt: skip
+
+
+_text = st.one_of(st.none(), st.text(max_size=8))
+_occurrence = st.builds(
+    Occurrence, st.text(max_size=6), st.text(max_size=12), st.sampled_from(["image", "file"]),
+    _text, st.text(max_size=4), st.text(max_size=6), _text, _text, st.integers(0, 5),
+)  # fmt: skip
+_source = st.dictionaries(
+    st.sampled_from(SOURCE_PAYLOAD_KEYS),
+    st.one_of(_text, st.integers(), st.floats(allow_nan=True, allow_infinity=True)),
+)
+
+
+@settings(max_examples=examples(100, 1000))
+@given(st.text(min_size=1, max_size=6), _source, st.lists(_occurrence, max_size=6))
+def test_projection_text_is_canonical_json_of_the_whole_payload(
+    collection_id, source, occurrences
+) -> None:
+    # The fingerprint is put together from parts; it must equal canonical JSON of the whole.
+    fields = [ExtractionField("hero", "image"), ExtractionField("body", "portableText")]
+    payload = {
+        "fingerprintVersion": 1,
+        "collectionId": collection_id,
+        "extractionSchema": [f.schema() for f in sorted(fields, key=lambda f: f.slug)],
+        "source": {
+            **{key: source.get(key) for key in SOURCE_PAYLOAD_KEYS},
+            "schemaVersion": 1,
+            "sourceCompleteness": "complete",
+        },
+        "occurrences": sorted((o.payload() for o in occurrences), key=canonical_json),
+    }
+    text = canonical_json(payload).encode("utf-8")
+    expected = PROJECTION_PREFIX + hashlib.sha256(text).hexdigest()
+    assert projection(collection_id, fields, source, occurrences) == (expected, len(text))
