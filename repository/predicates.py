@@ -72,10 +72,22 @@ def due_or_expired(table: sa.Table) -> sa.ColumnElement[bool]:
     The work and the reconciliation tables share these columns and this rule.
     """
     c = table.c
+    state = checked_only(c.state)
     return sa.or_(
-        sa.and_(c.state.in_((WorkState.PENDING, WorkState.RETRY)), is_due(c.next_attempt_at)),
-        sa.and_(c.state == WorkState.LEASED, lease_expired(c.lease_expires_at)),
+        sa.and_(state.in_((WorkState.PENDING, WorkState.RETRY)), is_due(c.next_attempt_at)),
+        sa.and_(state == WorkState.LEASED, lease_expired(c.lease_expires_at)),
     )
+
+
+def checked_only(column: sa.ColumnElement[str]) -> sa.ColumnElement[str]:
+    """``column`` as a check on rows a statement finds by their key, never as an index search.
+
+    The claim and lease guards name their rows by key. Left bare, their state test lets
+    PostgreSQL, when its statistics predate a large enqueue, search the (collection, state, …)
+    index instead and walk every row of that state in the collection: the whole backlog, for
+    every claim. ``state || ''`` is the same value, and no index covers it.
+    """
+    return column.concat("")
 
 
 def lease_expired(column: sa.ColumnElement[str]) -> sa.ColumnElement[bool]:
@@ -96,7 +108,7 @@ def lease_held_by(collection_id: Any, content_id: Any, work_version: Any, token:
             _w.collection_id == collection_id,
             _w.content_id == content_id,
             _w.work_version == work_version,
-            _w.state == WorkState.LEASED,
+            checked_only(_w.state) == WorkState.LEASED,
             _w.lease_token == token,
             lease_is_live(_w.lease_expires_at),
         )

@@ -151,8 +151,7 @@ def _observed_sources(
 def _observed_sources_statement(dialect: str) -> sa.Select[Any]:
     # The keys as a row set: one statement text for any number of entries (an IN list of
     # bound values is a new text, planned anew, for every length).
-    keys = _KEYS.table(dialect)
-    return sa.select(sources).where(s.source_key.in_(sa.select(keys.c.source_key)))
+    return sa.select(sources).where(_KEYS.contains(dialect, s.source_key, "source_key"))
 
 
 def is_unchanged(snapshot: Snapshot, observed: Mapping[str, Any] | None) -> bool:

@@ -51,6 +51,24 @@ class RowSet:
             ]
         return sa.select(*selected).subquery(self.name)
 
+    def contains(
+        self, dialect: str, column: sa.ColumnElement[Any], name: str
+    ) -> sa.ColumnElement[bool]:
+        """``column`` is one of the rows' ``name`` values, found by one index lookup per value.
+
+        ``column IN (SELECT …)`` lets PostgreSQL hash-join the rows against a scan of every row
+        the rest of the condition allows (a whole collection's pending work, when statistics
+        lag behind a large enqueue); ``= ANY(array)`` is a lookup per value on any index that
+        starts with ``column`` (or with the columns the statement fixes before it).
+        """
+        selected = self.table(dialect).c[name]
+        if dialect == "postgresql":
+            values = sa.select(sa.func.array_agg(selected)).scalar_subquery()
+            # The cast makes the subquery one array value, not a set of rows to compare with.
+            type_ = dict(self.columns)[name]
+            return column == sa.any_(sa.cast(values, postgresql.ARRAY(type_)))
+        return column.in_(sa.select(selected))
+
     def bind(self, rows: Iterable[Sequence[Any]]) -> dict[str, str]:
         """The parameter for ``rows``, each a sequence of values in column order."""
         values = [list(row) for row in rows]

@@ -21,7 +21,7 @@ from repository.clock import db_now, is_due, lease_is_live
 from repository.content_tables import content_columns
 from repository.db import Bind, read_transaction, transaction
 from repository.ids import new_ulid
-from repository.predicates import due_or_expired
+from repository.predicates import checked_only, due_or_expired
 from repository.row_sets import RowSet
 from repository.schema import collections, work
 from repository.source_writes import EntryWrite, apply_writes
@@ -37,7 +37,7 @@ _ITEM_VERSION = [
 ]
 _LIVE_LEASE = [
     *_ITEM_VERSION,
-    w.state == WorkState.LEASED,
+    checked_only(w.state) == WorkState.LEASED,
     w.lease_token == sa.bindparam("p_lease_token", type_=sa.Text),
     lease_is_live(w.lease_expires_at),
 ]
@@ -306,6 +306,8 @@ def _these_versions(dialect: str) -> list[sa.ColumnElement[bool]]:
     v = _VERSIONS.table(dialect).c
     return [
         w.collection_id == sa.bindparam("b_collection_id", type_=sa.Text),
+        # The ids find the rows by primary key; the pairs then keep only the exact versions.
+        _VERSIONS.contains(dialect, w.content_id, "content_id"),
         sa.tuple_(w.content_id, w.work_version).in_(sa.select(v.content_id, v.work_version)),
     ]
 
@@ -314,7 +316,7 @@ def _batch_lease(dialect: str) -> list[sa.ColumnElement[bool]]:
     """The rows the batch lease ``:b_lease_token`` still holds: leased under it, unexpired."""
     return [
         *_these_versions(dialect),
-        w.state == WorkState.LEASED,
+        checked_only(w.state) == WorkState.LEASED,
         w.lease_token == sa.bindparam("b_lease_token", type_=sa.Text),
         lease_is_live(w.lease_expires_at),
     ]
