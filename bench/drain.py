@@ -1,5 +1,5 @@
-"""Drain throughput: (a) this pipeline item by item and (d) in batches, against (b) plain Celery
-and (c) procrastinate doing the same refresh."""
+"""Drain throughput: (a) this pipeline item by item and (d) in batches, against (e) a
+single-process rebuild, (b) plain Celery and (c) procrastinate doing the same refresh."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import sqlalchemy as sa
 from celery import Celery
 
 from bench.env import Bench, fill, wait_for_log, wait_until, work_left
+from bench.rebuild import rebuild
 from bench.stats import Figure, alternate, ratios
 from repository.db import create_engine
 
@@ -129,17 +130,22 @@ def run(
         sides = [
             lambda w=workers: pipeline(bench, "postgresql", entries, w, batched=False),
             lambda w=workers: pipeline(bench, "postgresql", entries, w),
+            # One process whatever the worker count; measured in each round all the same, so
+            # d/e pairs figures taken side by side.
+            lambda: rebuild(bench, "postgresql", entries),
             lambda w=workers: plain_celery(bench, "postgresql", entries, w),
         ]
         if with_procrastinate:
             sides.append(lambda w=workers: procrastinate_jobs(bench, "postgresql", entries, w))
-        a, d, b, *c = alternate(repeat, *sides)
+        a, d, e, b, *c = alternate(repeat, *sides)
         name = f"drain PG {workers} workers"
         lines += [
             Figure(f"{name} (a) pipeline, item by item", tuple(a), "items/s").line(),
             Figure(f"{name} (d) pipeline, batches", tuple(d), "items/s").line(),
+            Figure(f"{name} (e) single-process rebuild", tuple(e), "items/s").line(),
             Figure(f"{name} (b) plain Celery", tuple(b), "items/s").line(),
             Figure(f"{name} d/a", tuple(ratios(d, a)), "").line(),
+            Figure(f"{name} d/e", tuple(ratios(d, e)), "").line(),
             Figure(f"{name} d/b", tuple(ratios(d, b)), "").line(),
             Figure(f"{name} a/b", tuple(ratios(a, b)), "").line(),
         ]

@@ -32,8 +32,10 @@ def test_every_benchmark_runs_and_prints_its_figures() -> None:
     expected = [
         "drain PG 2 workers (a) pipeline, item by item",
         "drain PG 2 workers (d) pipeline, batches",
+        "drain PG 2 workers (e) single-process rebuild",
         "drain PG 2 workers (b) plain Celery",
         "drain PG 2 workers d/a",
+        "drain PG 2 workers d/e",
         "drain PG 2 workers (c) procrastinate",
         "drain PG 2 workers a/b",
         "drain PG 2 workers a/c",

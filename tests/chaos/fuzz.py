@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 ITEM_TASK = "media_usage.process_work"
+BATCH_TASK = "media_usage.process_batch"
 TICK_TASK = "media_usage.tick"
 
 
@@ -76,6 +77,17 @@ def _fixed_cases(real: tuple[str, str, int]) -> list[Forgery]:
                 json.dumps({"body": "W10=", "headers": {"task": TICK_TASK, "id": "r1"},
                             "content-type": "application/json", "properties": {}})):  # fmt: skip
         cases.append(Forgery(raw_entry=raw))
+    # Batch messages: every malformed list is dropped whole, before any item is claimed.
+    item = [collection_id, content_id, version]
+    for items in ([], [item] * 101, [item, [collection_id, "a\ud800", version]],
+                  [item, [collection_id, content_id]], [item, "x"], {"items": [item]},
+                  [item, [collection_id, content_id, 10**30]], [[None, None, None]]):  # fmt: skip
+        cases.append(Forgery(headers={"task": BATCH_TASK}, body=_body([items])))
+    cases.append(Forgery(headers={"task": BATCH_TASK}, body=_body([[item]], {"items": [item]})))
+    # Valid batches: duplicates of real items (inside one batch too) and forged ids.
+    forged = [collection_id, "forged-batch", 1]
+    for items in ([item, item, item], [forged, item]):
+        cases.append(Forgery(headers={"task": BATCH_TASK}, body=_body([items]), drop=False))
     # Valid but hostile: a duplicate of a real item asking for a 1 ms limit (clamped), stamps.
     cases.append(Forgery(headers={"task": ITEM_TASK, "timelimit": [0.001, 0.001],
                                   "stamps": {"s": 1}, "stamped_headers": ["s"]},
@@ -86,6 +98,13 @@ def _fixed_cases(real: tuple[str, str, int]) -> list[Forgery]:
 def _random_case(rng: random.Random, real: list[tuple[str, str, int]]) -> Forgery:
     collection_id, content_id, version = rng.choice(real)
     roll = rng.random()
+    if roll < 0.05:  # a batch of valid and hostile items: valid only if every item is
+        picks = [[collection_id, content_id, version], [collection_id, f"f{rng.random()}", 1],
+                 [collection_id, content_id, rng.choice(_JUNK[:12])]]  # fmt: skip
+        items = [rng.choice(picks) for _ in range(rng.randrange(1, 6))]
+        valid = all(isinstance(i[2], int) and not isinstance(i[2], bool) and i[2] >= 1
+                    and i[2] < 2**63 for i in items)  # fmt: skip
+        return Forgery(headers={"task": BATCH_TASK}, body=_body([items]), drop=not valid)
     if roll < 0.15:  # valid: a duplicate, or a forged id the claim refuses
         args = rng.choice([[collection_id, content_id, version],
                            [collection_id, f"forged-{rng.randrange(10**6)}", 1]])  # fmt: skip

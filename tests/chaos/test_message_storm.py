@@ -1,5 +1,6 @@
-"""A storm of 10,000 forged and duplicated ``media_usage.process_work`` messages during a normal
-drain: nothing changes beyond legitimate claims, no worker crash-loops, throughput recovers."""
+"""A storm of 10,000 forged and duplicated ``media_usage.process_work`` messages and 2,000
+``media_usage.process_batch`` messages of the same items during a normal drain: nothing changes
+beyond legitimate claims, no worker crash-loops, throughput recovers."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from tests.index_oracle import actual_index, expected_index
 from tests.processes import wait_for, work_rows
 
 STORM = 10_000
+BATCHES = 2_000
 QUEUE = "media_usage"
 
 
@@ -84,6 +86,10 @@ def test_a_message_storm_changes_nothing_and_throughput_recovers(
         for _ in range(STORM):
             publisher.send_task("media_usage.process_work", args=_forgeries(rng, real),
                           queue=QUEUE, producer=producer)  # fmt: skip
+        for _ in range(BATCHES):
+            items = [_forgeries(rng, real) for _ in range(rng.randrange(1, 6))]
+            publisher.send_task("media_usage.process_batch", args=[items], queue=QUEUE,
+                                producer=producer)  # fmt: skip
     wait_for(lambda: work_rows(engine) == 0, timeout=300, interval=0.5)
     wait_for(lambda: _queued(publisher) == 0, timeout=300, interval=0.5)
     after = _drain_rate(engine, 200, start=20_000)
