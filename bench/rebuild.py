@@ -14,12 +14,10 @@ import sqlalchemy as sa
 
 from bench.env import Bench, fill
 from media_usage_worker.domain.policy import Limits
-from media_usage_worker.pipeline.refresh import columns_to_read, plan_refresh
-from repository import projection
+from media_usage_worker.pipeline.refresh import refresh_entries
 from repository.content_tables import content_columns
-from repository.db import create_engine, transaction
+from repository.db import create_engine
 from repository.schema import collections, sources
-from repository.source_writes import EntryWrite, apply_writes
 
 PAGE = 1000
 
@@ -32,7 +30,6 @@ def rebuild(bench: Bench, dialect: str, entries: int) -> float:
     with engine.begin() as conn:
         # Not part of a rebuild: the captured work would only be done twice.
         conn.execute(sa.text("DELETE FROM _emdash_media_usage_work"))
-    limits = Limits()
     started = time.monotonic()
     with engine.connect() as conn:
         registered = conn.execute(sa.select(collections.c.id, collections.c.slug)).all()
@@ -42,7 +39,8 @@ def rebuild(bench: Bench, dialect: str, entries: int) -> float:
             ids = list(conn.execute(sa.select(table.c.id).order_by(table.c.id)).scalars())
             conn.commit()
             for start in range(0, len(ids), PAGE):
-                _rebuild_page(conn, collection_id, slug, ids[start : start + PAGE], limits)
+                # One read and one write transaction per page, as repair does.
+                refresh_entries(conn, collection_id, slug, ids[start : start + PAGE], Limits())
     elapsed = time.monotonic() - started
     with engine.connect() as conn:
         written = conn.execute(sa.select(sa.func.count()).select_from(sources)).scalar_one()
@@ -50,16 +48,3 @@ def rebuild(bench: Bench, dialect: str, entries: int) -> float:
     if written < entries:
         raise RuntimeError(f"the rebuild wrote {written} sources for {entries} entries")
     return entries / elapsed
-
-
-def _rebuild_page(
-    conn: sa.Connection, collection_id: str, slug: str, ids: list[str], limits: Limits
-) -> None:
-    state = projection.read_entries(conn, collection_id, slug, ids, columns_to_read)
-    writes = []
-    for content_id in ids:
-        plan = plan_refresh(state.entries[content_id], state.fields, limits, None)
-        if isinstance(plan, EntryWrite):
-            writes.append(plan)
-    with transaction(conn) as tx:
-        apply_writes(tx, writes)

@@ -129,8 +129,15 @@ def apply_writes(conn: sa.Connection, writes: Sequence[EntryWrite]) -> list[bool
 
 def write_entry(bind: Bind, write: EntryWrite) -> bool:
     """``apply_writes`` of one entry in a transaction of its own."""
+    return write_entries(bind, [write])[0]
+
+
+def write_entries(bind: Bind, writes: Sequence[EntryWrite]) -> list[bool]:
+    """``apply_writes`` in a transaction of its own."""
+    if not writes:
+        return []
     with transaction(bind) as conn:
-        return apply_writes(conn, [write])[0]
+        return apply_writes(conn, writes)
 
 
 def _lock_collections(conn: sa.Connection, writes: Sequence[EntryWrite]) -> str | None:

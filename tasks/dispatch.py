@@ -20,9 +20,12 @@ from tasks.app import app, broker_folder, queue_name
 from tasks.engines import get_engine
 
 log = logging.getLogger(__name__)
-# Item messages go behind control messages (ticks, reconciliation): on Redis, priority 0 (the
+# Work messages go behind control messages (ticks, reconciliation): on Redis, priority 0 (the
 # default, used by the beat entries) is consumed first, so a backlog never delays the next tick.
-ITEM_PRIORITY = 6
+# A single item (the fast path, a tick with no backlog) goes ahead of a backfill's batches, so
+# one write is indexed within the fast-path latency while thousands drain.
+ITEM_PRIORITY = 3
+BATCH_PRIORITY = 6
 
 
 def _ledger() -> ledger.Ledger:
@@ -60,20 +63,22 @@ def send(items: Sequence[WorkRecord], ttl: int | None = None) -> list[str]:
         [ledger.dispatch_key(i.collection_id, i.content_id, i.work_version) for i in items], ttl
     )
     todo = [item for item, go in zip(items, reserved, strict=True) if go]
-    options = {"expires": ttl, "queue": queue_name(), "priority": ITEM_PRIORITY}
+    options = {"expires": ttl, "queue": queue_name()}
     sent: list[str] = []
     with app.producer_or_acquire() as producer:
         if len(todo) <= settings.batch_threshold():
             for item in todo:
                 result = process_work.apply_async(
                     args=(item.collection_id, item.content_id, item.work_version),
-                    producer=producer, **options,
+                    producer=producer, priority=ITEM_PRIORITY, **options,
                 )  # fmt: skip
                 sent.append(result.id)
         else:
             for batch in _batches(todo, settings.batch_size()):
                 ids = [[i.collection_id, i.content_id, i.work_version] for i in batch]
-                result = process_batch.apply_async(args=(ids,), producer=producer, **options)
+                result = process_batch.apply_async(
+                    args=(ids,), producer=producer, priority=BATCH_PRIORITY, **options
+                )
                 sent += [result.id] * len(batch)
     return sent
 

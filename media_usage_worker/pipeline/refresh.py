@@ -3,7 +3,8 @@
 ``plan_refresh`` turns what was read of one entry into the ``EntryWrite`` that brings its
 sources up to date (or the ``RefreshCode`` saying why not): snapshots, per-item limits and the
 compare-and-set of every part. ``refresh_entry`` reads, plans and writes one entry on its own;
-the batch path (``pipeline.batch``) reads and writes many at once with the same plan.
+``refresh_entries`` does the same for a page of entries without leases (repair), and the
+batch path (``pipeline.batch``) for leased work items, each with one read and one write.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from media_usage_worker.domain.work import Lease
 from repository import projection
 from repository.db import Bind
 from repository.projection import EntryState
-from repository.source_writes import EntryWrite, write_entry
+from repository.source_writes import EntryWrite, write_entries, write_entry
 
 # A refresh that loses a race to a concurrent writer reads again once before giving up.
 REFRESH_ATTEMPTS = 2
@@ -76,6 +77,50 @@ def refresh_entry(
         if isinstance(exc, reraise):
             raise
         return refresh_error(entry, exc)
+
+
+def refresh_entries(
+    bind: Bind, collection_id: str, slug: str, content_ids: list[str], limits: Limits
+) -> dict[str, RefreshCode | None]:
+    """``refresh_entry`` of each entry of one collection, unfenced, read and written at once.
+
+    One read of every entry, one transaction for every write. An entry whose compare-and-set
+    lost, or whose part of the shared write raised, is refreshed again on its own, so a race or
+    a hostile row costs that entry alone.
+    """
+    try:
+        state = projection.read_entries(bind, collection_id, slug, content_ids, columns_to_read)
+    except Exception as exc:
+        log.info("a page's shared read failed (%s); its entries are read one by one", exc)
+        return {i: _alone(bind, collection_id, slug, i, limits) for i in content_ids}
+    if not state.present:
+        return dict.fromkeys(content_ids, RefreshCode.GENERATION_CONFLICT)
+    codes: dict[str, RefreshCode | None] = {}
+    planned: dict[str, EntryWrite] = {}
+    for content_id in content_ids:
+        entry_state = state.entries[content_id]
+        try:
+            plan = plan_refresh(entry_state, state.fields, limits, None)
+        except Exception as exc:
+            plan = refresh_error(entry_state.entry, exc)
+        if isinstance(plan, EntryWrite):
+            planned[content_id] = plan
+        else:
+            codes[content_id] = plan
+    try:
+        held = write_entries(bind, list(planned.values()))
+    except Exception as exc:
+        log.info("a page's shared write failed (%s); its entries are written one by one", exc)
+        held = [False] * len(planned)
+    for content_id, ok in zip(planned, held, strict=True):
+        codes[content_id] = None if ok else _alone(bind, collection_id, slug, content_id, limits)
+    return {content_id: codes[content_id] for content_id in content_ids}
+
+
+def _alone(
+    bind: Bind, collection_id: str, slug: str, content_id: str, limits: Limits
+) -> RefreshCode | None:
+    return refresh_entry(bind, ContentEntry(collection_id, slug, content_id), limits)
 
 
 def refresh_error(entry: ContentEntry, exc: Exception) -> RefreshCode:

@@ -1,11 +1,12 @@
 """Manual repair (docs/design.md §9): rescan one collection synchronously.
 
 The repair takes the collection's status row at its *current* epoch (without bumping it),
-refreshes every entry and removes the sources of vanished ones, deletes the work that the rescan
-made redundant (``delete_work_through_epoch``) and finalises only if the epoch is still the one
-it started at. A write that lands during the repair moves the epoch, so the repair ends
-``stale`` with ``CONTENT_USAGE_REPAIR_CONFLICT`` and that write's work stays queued: never
-``complete`` over missing work.
+refreshes every entry, a page at a time through the same read-plan-write as a batch of work
+(``refresh.refresh_entries``), and removes the sources of vanished ones. It deletes the work
+that the rescan made redundant (``delete_work_through_epoch``) and finalises only if the epoch
+is still the one it started at. A write that lands during the repair moves the epoch, so the
+repair ends ``stale`` with ``CONTENT_USAGE_REPAIR_CONFLICT`` and that write's work stays
+queued: never ``complete`` over missing work.
 """
 
 from __future__ import annotations
@@ -16,10 +17,9 @@ from typing import TYPE_CHECKING
 
 from media_usage_worker.domain.errors import CollectionNotFound
 from media_usage_worker.domain.policy import Limits
-from media_usage_worker.domain.snapshots import ContentEntry
 from media_usage_worker.domain.validation import split_usable
 from media_usage_worker.domain.vocabulary import CoverageStatus, ErrorCode, RefreshCode
-from media_usage_worker.pipeline.refresh import refresh_entry
+from media_usage_worker.pipeline.refresh import refresh_entries
 from repository import repairs
 from repository.collections import CollectionRegistry
 from repository.ids import new_ulid
@@ -79,10 +79,9 @@ def _rescan_entries(
             unusable += unusable_ids
             tally.failed += len(unusable_ids)
             tally.first_error = tally.first_error or ErrorCode.UNUSABLE_CONTENT_ID
-        for content_id in usable:
-            tally.count(
-                refresh_entry(engine, ContentEntry(collection_id, slug, content_id), limits)
-            )
+        if usable:
+            for code in refresh_entries(engine, collection_id, slug, usable, limits).values():
+                tally.count(code)
         done += len(ids)
         after = ids[-1]
         if progress:
@@ -107,12 +106,14 @@ def repair_collection(
     # Ids the host stored that cannot be indexed: kept as failed work.
     unusable = _rescan_entries(engine, collection.id, slug, limits, tally, total, progress)
     # Entries that vanished: their sources go (guarded: only while they stay gone).
-    for content_id in repairs.orphaned_content_ids(engine, collection.id, slug):
-        code = refresh_entry(engine, ContentEntry(collection.id, slug, content_id), limits)
-        if code is None:
-            tally.removed += 1
-        else:
-            tally.skipped += 1
+    orphans = repairs.orphaned_content_ids(engine, collection.id, slug)
+    for start in range(0, len(orphans), PAGE):
+        page = orphans[start : start + PAGE]
+        for code in refresh_entries(engine, collection.id, slug, page, limits).values():
+            if code is None:
+                tally.removed += 1
+            else:
+                tally.skipped += 1
 
     repo = MediaUsageWorkRepository(engine)
     repo.delete_work_through_epoch(collection.id, epoch)

@@ -13,8 +13,9 @@ from media_usage_worker.domain.policy import Limits
 from media_usage_worker.domain.snapshots import ContentEntry
 from media_usage_worker.domain.work import Item, checked_items
 from media_usage_worker.pipeline.batch import BatchRun
-from media_usage_worker.pipeline.refresh import refresh_entry
-from tests.index_oracle import actual_index, expected_index
+from media_usage_worker.pipeline.refresh import refresh_entries, refresh_entry
+from repository import projection
+from tests.index_oracle import actual_index, actual_source_keys, expected_index
 from tests.support import PAST, active_collection, get_work, set_work, status_row
 
 FIELDS = [FieldDefinition("title", "Title", "string"), FieldDefinition("hero", "Hero", "image")]
@@ -191,3 +192,33 @@ def test_the_soft_limit_stops_the_batch_and_gives_every_claimed_item_back(db, me
     }
     assert get_work(db, pages.id, "p1")["state"] == "pending"
     assert all(get_work(db, media_posts.id, i)["attempt_count"] == 1 for i in ids)
+
+
+def test_a_repair_page_rereads_alone_only_the_entry_written_meanwhile(
+    db, media_posts, monkeypatch
+) -> None:
+    ids = write(db, 5)
+    real_read = projection.read_entries
+
+    def read_then_a_host_writes_e002(*args, **kwargs):
+        state = real_read(*args, **kwargs)
+        if len(args[3]) > 1:  # the page's read, not the entry's read of its own
+            sql(db, "UPDATE ec_posts SET hero = 'm-new', version = version + 1 WHERE id = 'e002'")
+        return state
+
+    monkeypatch.setattr(projection, "read_entries", read_then_a_host_writes_e002)
+    codes = refresh_entries(db, media_posts.id, "posts", ids, Limits())
+    assert codes == dict.fromkeys(ids)
+    # The page's write of e002 lost its compare-and-set; read again alone, it has the new hero.
+    assert actual_index(db) == expected_index(db)
+    assert any(r[0].endswith(":e002:columns") and r[3] == "m-new" for r in actual_index(db))
+
+
+def test_a_repair_page_with_a_hostile_row_fails_that_entry_alone(db, media_posts) -> None:
+    ids = write(db, 3)
+    sql(db, "UPDATE ec_posts SET hero = :h WHERE id = 'e001'", h="{" * 100)
+    codes = refresh_entries(db, media_posts.id, "posts", ids, Limits(max_entry_chars=50))
+    assert codes["e000"] is None and codes["e002"] is None
+    assert codes["e001"] == "CONTENT_USAGE_RESOURCE_LIMIT"
+    indexed = {key.split(":")[2] for key in actual_source_keys(db)}
+    assert indexed == {"e000", "e002"}
