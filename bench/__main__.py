@@ -1,4 +1,5 @@
-"""``python -m bench [all|drain|tick|latency|memory|sqlite] [--smoke]``: see docs/benchmarks.md."""
+"""``python -m bench [all|drain|tick|latency|memory|sqlite|cpu] [--smoke]``: see
+docs/benchmarks.md."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
         "which",
         nargs="?",
         default="all",
-        choices=["all", "drain", "tick", "latency", "memory", "sqlite"],
+        choices=["all", "drain", "tick", "latency", "memory", "sqlite", "cpu"],
     )
     parser.add_argument("--smoke", action="store_true", help="tiny sizes: check the harness")
     parser.add_argument("--entries", type=int)
@@ -48,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     entries = args.entries or size["entries"]
     repeat = args.repeat or size["repeat"]
 
-    from bench import drain, latency, memory, tick
+    from bench import cpu, drain, latency, memory, tick
     from bench.env import Bench
 
     print(machine(), flush=True)
@@ -74,6 +75,8 @@ def main(argv: list[str] | None = None) -> int:
             report(latency.run(bench, capacity, args.latency_writes or size["latency"]))
         if args.which in ("all", "memory"):
             report(memory.run(bench, args.memory_items or size["memory"]))
+        if args.which in ("all", "cpu"):
+            report(cpu.run(bench, entries, repeat, args.workers[0]))
     return 0
 
 

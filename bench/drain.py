@@ -10,7 +10,7 @@ import redis
 import sqlalchemy as sa
 from celery import Celery
 
-from bench.env import Bench, fill, wait_for_log, wait_until, work_left
+from bench.env import Bench, busy_core_seconds, fill, wait_for_log, wait_until, work_left
 from bench.rebuild import rebuild
 from bench.stats import Figure, alternate, ratios
 from repository.db import create_engine
@@ -20,9 +20,16 @@ ONE_BY_ONE = {"MEDIA_USAGE_BATCH_THRESHOLD": "1000000"}
 
 
 def pipeline(
-    bench: Bench, dialect: str, entries: int, workers: int, *, batched: bool = True
+    bench: Bench,
+    dialect: str,
+    entries: int,
+    workers: int,
+    *,
+    batched: bool = True,
+    cpu: dict[str, float] | None = None,
 ) -> float:
-    """Items/s from the worker being ready to the work table being empty (beat ticking)."""
+    """Items/s from the worker being ready to the work table being empty (beat ticking);
+    with ``cpu``, also the machine's busy core-seconds over that time."""
     url = bench.database(dialect)
     fill(url, entries)
     bench.flush_redis()
@@ -31,9 +38,11 @@ def pipeline(
     # Beat first, so its first tick waits in the queue; both sides time from "worker ready".
     beat = bench.celery("tasks", ["beat", "-s", str(bench.tmp / f"beat-{time.time()}")], env)
     worker = bench.worker("tasks", "media_usage", workers, env)
-    started = time.monotonic()
+    started, busy = time.monotonic(), busy_core_seconds()
     wait_until(lambda: work_left(engine) == 0, timeout=3600, interval=0.1)
     elapsed = time.monotonic() - started
+    if cpu is not None:
+        cpu["busy_core_seconds"] = busy_core_seconds() - busy
     bench.stop(beat)
     bench.stop(worker)
     engine.dispose()

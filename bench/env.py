@@ -137,6 +137,13 @@ def work_left(engine: sa.Engine) -> int:
         return conn.execute(sa.text("SELECT count(*) FROM _emdash_media_usage_work")).scalar_one()
 
 
+def busy_core_seconds() -> float:
+    """CPU time the whole machine spent busy since boot (/proc/stat; not idle, not iowait)."""
+    with open("/proc/stat") as stat:
+        ticks = [int(x) for x in stat.readline().split()[1:]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
+
+
 def use_in_process(url: str, broker_url: str) -> None:
     """Point this process's tasks (tick, fast path) at ``url`` and the bench's Redis."""
     from tasks import app, ledger

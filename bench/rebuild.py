@@ -12,7 +12,7 @@ import time
 
 import sqlalchemy as sa
 
-from bench.env import Bench, fill
+from bench.env import Bench, busy_core_seconds, fill
 from media_usage_worker.domain.policy import Limits
 from media_usage_worker.pipeline.refresh import refresh_entries
 from repository.content_tables import content_columns
@@ -22,15 +22,16 @@ from repository.schema import collections, sources
 PAGE = 1000
 
 
-def rebuild(bench: Bench, dialect: str, entries: int) -> float:
-    """Entries/s of the rebuild over ``entries`` freshly written sample entries."""
+def rebuild(bench: Bench, dialect: str, entries: int, cpu: dict[str, float] | None = None) -> float:
+    """Entries/s of the rebuild over ``entries`` freshly written sample entries; with ``cpu``,
+    also the machine's busy core-seconds over that time."""
     url = bench.database(dialect)
     fill(url, entries)
     engine = create_engine(url)
     with engine.begin() as conn:
         # Not part of a rebuild: the captured work would only be done twice.
         conn.execute(sa.text("DELETE FROM _emdash_media_usage_work"))
-    started = time.monotonic()
+    started, busy = time.monotonic(), busy_core_seconds()
     with engine.connect() as conn:
         registered = conn.execute(sa.select(collections.c.id, collections.c.slug)).all()
         conn.commit()
@@ -42,6 +43,8 @@ def rebuild(bench: Bench, dialect: str, entries: int) -> float:
                 # One read and one write transaction per page, as repair does.
                 refresh_entries(conn, collection_id, slug, ids[start : start + PAGE], Limits())
     elapsed = time.monotonic() - started
+    if cpu is not None:
+        cpu["busy_core_seconds"] = busy_core_seconds() - busy
     with engine.connect() as conn:
         written = conn.execute(sa.select(sa.func.count()).select_from(sources)).scalar_one()
     engine.dispose()
