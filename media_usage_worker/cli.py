@@ -21,6 +21,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from media_usage_worker.domain.content_model import FieldDefinition
 from media_usage_worker.domain.errors import InvalidArgument, MediaUsageError
+from media_usage_worker.domain.policy import Limits
 
 DEFAULT_DATABASE_URL = "sqlite:///media_usage.db"
 F = TypeVar("F", bound=Callable[..., Any])
@@ -244,7 +245,8 @@ def repair_command(slug: str, as_json: bool, database_url: str) -> None:
             bar.length = max(total, 1)
             bar.update(done - bar.pos)
 
-        result = repair_collection(engine, slug, progress=progress)
+        # The worker's per-item limits: an entry it would fail for its size fails here too.
+        result = repair_collection(engine, slug, limits=Limits.from_env(), progress=progress)
     payload = {
         "collection": result.collection_slug,
         "status": result.status,

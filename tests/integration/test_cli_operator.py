@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -119,6 +120,20 @@ def test_repair_then_usage(seeded) -> None:
     assert usage["count"] == 3 and usage["coverage"]["status"] == "complete"
     assert [e["content_id"] for e in usage["entries"]] == ["e0", "e1", "e2"]
     assert run(url, "usage", "nope").exit_code == 1
+
+
+def test_repair_keeps_the_workers_size_limits(seeded) -> None:
+    # An entry the worker would fail for its size is not indexed by repair either, and coverage
+    # does not say complete over it.
+    _, url, _ = seeded
+    done = subprocess.run(
+        [sys.executable, "-m", "media_usage_worker", "repair", "--collection", "posts", "--json",
+         "--database-url", url],
+        capture_output=True, text=True, timeout=60,
+        env={**os.environ, "MEDIA_USAGE_MAX_INDEX_BYTES": "10"},
+    )  # fmt: skip
+    result = json.loads(done.stdout[done.stdout.index("{") :])
+    assert (result["status"], result["indexed"], result["failed"]) == ("failed", 0, 3), done
 
 
 def test_usage_count_is_unknown_before_coverage_is_complete(seeded) -> None:
