@@ -108,8 +108,15 @@ def lease_held_by(collection_id: Any, content_id: Any, work_version: Any, token:
             _w.collection_id == collection_id,
             _w.content_id == content_id,
             _w.work_version == work_version,
-            checked_only(_w.state) == WorkState.LEASED,
-            _w.lease_token == token,
-            lease_is_live(_w.lease_expires_at),
+            *lease_holds_row(token),
         )
     )
+
+
+def lease_holds_row(token: Any) -> list[sa.ColumnElement[bool]]:
+    """The work row (found by its key and version) is leased under ``token``, unexpired."""
+    return [
+        checked_only(_w.state) == WorkState.LEASED,
+        _w.lease_token == token,
+        lease_is_live(_w.lease_expires_at),
+    ]

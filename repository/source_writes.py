@@ -28,10 +28,10 @@ from repository.clock import db_now
 from repository.content_tables import content_columns
 from repository.db import Bind, transaction
 from repository.ids import new_ulid
-from repository.predicates import lease_held, lease_held_by, registered
+from repository.predicates import lease_held, lease_held_by, lease_holds_row, registered
 from repository.projection import MATCH_COLUMNS, REVISION_COLUMN
 from repository.row_sets import RowSet
-from repository.schema import collections, occurrences, sources
+from repository.schema import collections, occurrences, sources, work
 from repository.upsert import insert_factory_for
 
 s = sources.c
@@ -41,6 +41,7 @@ _LEASE_COLUMNS = (
     ("l_work_version", sa.BigInteger()),
     ("l_lease_token", sa.Text()),
 )
+_LEASES = RowSet("leases", _LEASE_COLUMNS)
 _MATCHED = (("m_source_key", sa.Text()), *((f"m_{n}", s[n].type) for n in MATCH_COLUMNS))
 _KEPT = RowSet(
     "kept", (*_MATCHED, ("g_collection_id", sa.Text()), ("g_collection_slug", sa.Text()))
@@ -100,7 +101,8 @@ def apply_writes(conn: sa.Connection, writes: Sequence[EntryWrite]) -> list[bool
     now = _lock_collections(conn, writes)
     if now is None:
         return [False] * len(writes)
-    held = _keeps_hold(conn, writes)
+    leased = _hold_leases(conn, writes)
+    held = [lease and keep for lease, keep in zip(leased, _keeps_hold(conn, writes), strict=True)]
     promotions, unpromotable = _promotions(conn.dialect.name, writes, held, now)
     promoted = _promote_all(conn, promotions)
     occurrence_rows: list[tuple[Any, ...]] = []
@@ -162,6 +164,49 @@ def _lock_collections(conn: sa.Connection, writes: Sequence[EntryWrite]) -> str 
             return None
         now = locked.now
     return now if now is not None else conn.execute(sa.select(db_now())).scalar_one()
+
+
+def _hold_leases(conn: sa.Connection, writes: Sequence[EntryWrite]) -> list[bool]:
+    """Per write, whether its lease (if it has one) holds; held leases stay held until commit.
+
+    Checking a lease is not enough on PostgreSQL: each statement reads its own snapshot, so a
+    content write that commits while a promotion runs (bumping the work row's version) would
+    not stop it. The rows are locked ``FOR SHARE`` instead: a capture trigger's upsert, a
+    claimer or a renewal of such a row waits until this transaction ends, so every statement
+    of it writes under a lease that still holds. A row someone is changing at this moment is
+    skipped, not waited for: its lease is in doubt, and waiting could deadlock with a content
+    write that touches several entries. SQLite has no row locks; its write transaction
+    (``BEGIN IMMEDIATE``) already keeps every other writer out.
+    """
+    leases = [astuple(write.lease) for write in writes if write.lease is not None]
+    if not leases:
+        return [True] * len(writes)
+    locked = {
+        tuple(row) for row in conn.execute(_hold_statement(conn.dialect.name), _LEASES.bind(leases))
+    }
+    return [
+        write.lease is None or (write.lease.collection_id, write.lease.content_id) in locked
+        for write in writes
+    ]
+
+
+@functools.cache
+def _hold_statement(dialect: str) -> sa.Select[Any]:
+    # The work rows these leases still hold, found by key and locked until the commit.
+    w = work.c
+    lease = _LEASES.table(dialect).c
+    leases = sa.select(
+        lease.l_collection_id, lease.l_content_id, lease.l_work_version, lease.l_lease_token
+    )
+    return (
+        sa.select(w.collection_id, w.content_id)
+        .where(
+            _LEASES.contains(dialect, w.content_id, "l_content_id"),
+            sa.tuple_(w.collection_id, w.content_id, w.work_version, w.lease_token).in_(leases),
+            *lease_holds_row(w.lease_token),
+        )
+        .with_for_update(read=True, skip_locked=True)
+    )
 
 
 def _keeps_hold(conn: sa.Connection, writes: Sequence[EntryWrite]) -> list[bool]:

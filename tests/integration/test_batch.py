@@ -13,8 +13,16 @@ from media_usage_worker.domain.policy import Limits
 from media_usage_worker.domain.snapshots import ContentEntry
 from media_usage_worker.domain.work import Item, checked_items
 from media_usage_worker.pipeline.batch import BatchRun
-from media_usage_worker.pipeline.refresh import refresh_entries, refresh_entry
+from media_usage_worker.pipeline.refresh import (
+    columns_to_read,
+    plan_refresh,
+    refresh_entries,
+    refresh_entry,
+)
 from repository import projection
+from repository.db import create_engine, transaction
+from repository.source_writes import EntryWrite, apply_writes, write_entries
+from repository.work import MediaUsageWorkRepository
 from tests.index_oracle import actual_index, actual_source_keys, expected_index
 from tests.support import PAST, active_collection, get_work, set_work, status_row
 
@@ -222,3 +230,60 @@ def test_a_repair_page_with_a_hostile_row_fails_that_entry_alone(db, media_posts
     assert codes["e001"] == "CONTENT_USAGE_RESOURCE_LIMIT"
     indexed = {key.split(":")[2] for key in actual_source_keys(db)}
     assert indexed == {"e000", "e002"}
+
+
+def _planned_writes(db: sa.Engine, collection_id: str, ids: list[str]) -> list[EntryWrite]:
+    """Claim ``ids`` as one batch and plan each entry's write under its lease."""
+    claimed = MediaUsageWorkRepository(db).claim_batch(collection_id, [(i, 1) for i in ids], 60)
+    state = projection.read_entries(db, collection_id, "posts", ids, columns_to_read)
+    plans = [
+        plan_refresh(state.entries[r.content_id], state.fields, Limits(), r.lease)
+        for r in sorted(claimed, key=lambda r: r.content_id)
+    ]
+    assert all(isinstance(plan, EntryWrite) for plan in plans)
+    return plans  # type: ignore[return-value]
+
+
+def _host_write_without_waiting(url: str, content_id: str) -> None:
+    """The host's content write, failing at once where it would have to wait for a lock."""
+    writer = create_engine(url, poolclass=sa.NullPool)
+    try:
+        with writer.connect() as conn:
+            if conn.dialect.name == "sqlite":
+                conn.exec_driver_sql("PRAGMA busy_timeout = 0")
+                conn.commit()  # the pragma began a transaction; the write's own comes next
+            with conn.begin():
+                if conn.dialect.name == "postgresql":
+                    conn.exec_driver_sql("SET LOCAL lock_timeout = '50ms'")
+                conn.execute(
+                    sa.text("UPDATE ec_posts SET hero = 'm-late' WHERE id = :i"), {"i": content_id}
+                )
+    finally:
+        writer.dispose()
+
+
+def test_a_batch_write_holds_its_leases_until_it_commits(db, media_posts, migrated_url) -> None:
+    # A content write that committed between the batch's lease check and its promotion would
+    # let the batch write under a lease that no longer holds (the chaos audit caught one).
+    ids = write(db, 2)
+    plans = _planned_writes(db, media_posts.id, ids)
+    with db.connect() as conn, transaction(conn):
+        assert apply_writes(conn, plans) == [True, True]
+        with pytest.raises(sa.exc.OperationalError):
+            _host_write_without_waiting(migrated_url, "e000")
+    _host_write_without_waiting(migrated_url, "e000")  # the batch committed: nothing to wait for
+    assert get_work(db, media_posts.id, "e000")["work_version"] == 2
+
+
+def test_a_batch_skips_an_entry_whose_work_row_is_being_written(db, media_posts, dialect) -> None:
+    if dialect == "sqlite":
+        pytest.skip("SQLite has no row locks: a content write keeps every other writer out")
+    ids = write(db, 2)
+    plans = _planned_writes(db, media_posts.id, ids)
+    with db.connect() as host, host.begin():
+        # Not committed: the capture trigger holds e000's work row while it bumps its version.
+        host.execute(sa.text("UPDATE ec_posts SET hero = 'm-late' WHERE id = 'e000'"))
+        # The batch neither waits for the host nor writes e000 under a lease in doubt.
+        assert write_entries(db, plans) == [False, True]
+    assert get_work(db, media_posts.id, "e000")["work_version"] == 2
+    assert {key.split(":")[2] for key in actual_source_keys(db)} == {"e001"}
