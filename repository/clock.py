@@ -2,9 +2,11 @@
 
 Every lease, due time and timestamp of the subsystem is text like ``2025-03-04T05:06:07.089Z``
 computed by the database, never by Python, so workers on machines with skewed clocks agree.
-These constructs compile to the same SQL emdash 0.34.0 uses on each dialect (docs/design.md §7):
-writes use the wall clock (``clock_timestamp()``), due checks compare text with the statement
-start, and work-lease liveness on PostgreSQL compares as ``timestamptz``.
+These constructs compile to emdash 0.34.0's SQL on each dialect (docs/design.md §7) but for
+one deliberate difference: a write uses the statement's start, one instant for every column of
+a row (emdash's per-call ``clock_timestamp()`` could stamp ``next_attempt_at`` a millisecond
+before ``created_at``). Due checks compare text with the statement start, and work-lease
+liveness on PostgreSQL compares as ``timestamptz`` against the wall clock.
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ POSTGRES_FORMAT = """'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'"""
 
 
 class db_now(FunctionElement[str]):
-    """Wall-clock "now" (plus whole seconds) as sortable text."""
+    """The statement's "now" (plus whole seconds) as sortable text: every column and row one
+    statement writes gets the same instant (``statement_timestamp()`` on PostgreSQL; SQLite's
+    ``'now'`` is fixed for the length of a statement)."""
 
     type = sa.Text()
     inherit_cache = True
@@ -83,7 +87,7 @@ def _db_now_postgres(element: db_now, compiler: Any, **kw: Any) -> str:
     (offset,) = element.clauses
     seconds = compiler.process(offset, **kw)
     return (
-        f"to_char((clock_timestamp() AT TIME ZONE 'UTC') + "
+        f"to_char((statement_timestamp() AT TIME ZONE 'UTC') + "
         f"(CAST({seconds} AS integer) * INTERVAL '1 second'), {POSTGRES_FORMAT})"
     )
 

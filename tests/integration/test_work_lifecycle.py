@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import threading
+from datetime import datetime, timedelta
 
 import pytest
 
@@ -21,6 +22,8 @@ from tests.support import (
     insert_work,
     set_work,
 )
+
+STAMP = "%Y-%m-%dT%H:%M:%S.%fZ"
 
 
 def claim(repo: MediaUsageWorkRepository, posts: Collection, content_id: str = "e1", **kw):
@@ -50,9 +53,10 @@ def test_claim_leases_a_due_row(repo, posts, db) -> None:
     for stamp in (record.lease_expires_at, record.last_attempted_at, record.updated_at):
         assert re.fullmatch(SORTABLE, stamp)
     assert record.last_attempted_at >= before
-    # 90 s later, give or take the milliseconds between the two clock readings.
-    assert record.lease_expires_at > record.last_attempted_at
-    assert record.lease_expires_at[:16] >= before[:16]
+    # Exactly 90 s later: one statement reads the clock once (docs/design.md §7).
+    attempted = datetime.strptime(record.last_attempted_at, STAMP)
+    assert datetime.strptime(record.lease_expires_at, STAMP) - attempted == timedelta(seconds=90)
+    assert record.updated_at == record.last_attempted_at
     assert isinstance(record.work_version, int) and isinstance(record.change_epoch, int)
 
 
