@@ -22,6 +22,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from media_usage_worker.domain.content_model import FieldDefinition
 from media_usage_worker.domain.errors import InvalidArgument, MediaUsageError
 from media_usage_worker.domain.policy import Limits
+from media_usage_worker.domain.vocabulary import RetryOutcome
 
 DEFAULT_DATABASE_URL = "sqlite:///media_usage.db"
 F = TypeVar("F", bound=Callable[..., Any])
@@ -62,18 +63,36 @@ def database_url_option(command: F) -> F:
 
 
 @contextmanager
-def open_engine(database_url: str) -> Iterator[sa.Engine]:
-    """The engine for one command, disposed however the command ends."""
-    from repository.db import create_engine
+def open_engine(
+    database_url: str, *, create: bool = False, migrated: bool = True
+) -> Iterator[sa.Engine]:
+    """The engine for one command, disposed however the command ends.
 
-    engine = create_engine(database_url)
+    Only ``create`` (``db upgrade``) may bring a SQLite file into being: any other command on a
+    path with no file says so instead of leaving an empty database behind. With ``migrated``
+    a database without this code's schema is refused with the command that fixes it, before
+    any statement could fail on a missing table.
+    """
+    from repository.db import create_engine, parse_database_url
+    from repository.migrate import schema_problem
+
+    url = parse_database_url(database_url)
+    if url.get_backend_name() == "sqlite" and not create:
+        path = Path(url.database or "")
+        if not path.is_file():
+            raise Outcome(f"no database at {path}: run media-usage db upgrade to create it")
+    engine = create_engine(url)
     try:
+        problem = schema_problem(engine) if migrated else None
+        if problem is not None:
+            raise Outcome(problem)
         yield engine
     finally:
         engine.dispose()
 
 
 @click.group()
+@click.version_option(package_name="media-usage-worker", prog_name="media-usage")
 def main() -> None:
     """Operate the media usage index and its durable work queue."""
 
@@ -90,7 +109,7 @@ def db_upgrade(database_url: str) -> None:
     """Apply every migration (idempotent)."""
     from repository.migrate import current_revision, upgrade
 
-    with open_engine(database_url) as engine:
+    with open_engine(database_url, create=True, migrated=False) as engine:
         upgrade(engine)
         click.echo(f"database at revision {current_revision(engine)}")
 
@@ -101,9 +120,10 @@ def db_upgrade(database_url: str) -> None:
 @handle_errors
 def db_downgrade(database_url: str, revision: str) -> None:
     """Revert migrations; refused while media usage state exists."""
-    from repository.migrate import current_revision, downgrade
+    from repository.migrate import check_revision, current_revision, downgrade
 
-    with open_engine(database_url) as engine:
+    check_revision(revision)
+    with open_engine(database_url, migrated=False) as engine:
         downgrade(engine, revision)
         click.echo(f"database at revision {current_revision(engine) or 'base'}")
 
@@ -219,9 +239,13 @@ def collections_list(as_json: bool, database_url: str) -> None:
     if as_json:
         click.echo(json.dumps({"collections": rows}, indent=2))
         return
-    for row in rows:
-        fields = ", ".join(f"{f['slug']}:{f['type']}" for f in row["fields"])
-        click.echo(f"{row['slug']:<24} {row['id']}  {fields}")
+    _table(
+        ["SLUG", "ID", "FIELDS"],
+        [
+            [row["slug"], row["id"], ", ".join(f"{f['slug']}:{f['type']}" for f in row["fields"])]
+            for row in rows
+        ],
+    )
 
 
 @main.command("repair")
@@ -296,9 +320,11 @@ def work_list(
     """List a collection's work, newest first (lease tokens are never shown)."""
     from dataclasses import asdict
 
+    from media_usage_worker.domain.content_model import validate_collection_slug
     from media_usage_worker.domain.cursor import decode_cursor
     from repository.work import MediaUsageWorkRepository
 
+    validate_collection_slug(slug)
     decode_cursor(cursor)  # reject a bad cursor before connecting
     with open_engine(database_url) as engine:
         page = MediaUsageWorkRepository(engine).find_operator_page(
@@ -334,21 +360,40 @@ def work_list(
 
 
 @work.command("retry")
-@click.option("--collection-id", required=True)
+@click.option("--collection", "slug", help="Collection slug (or give --collection-id).")
+@click.option("--collection-id", help="Collection id, as `work list --json` shows it.")
 @click.option("--content-id", required=True)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @database_url_option
 @handle_errors
-def work_retry(collection_id: str, content_id: str, as_json: bool, database_url: str) -> None:
+def work_retry(
+    slug: str | None,
+    collection_id: str | None,
+    content_id: str,
+    as_json: bool,
+    database_url: str,
+) -> None:
     """Make an entry's work pending now (failed, retrying or abandoned work, or none at all)."""
     from dataclasses import asdict
 
-    from media_usage_worker.domain import validation
-
-    validation.identity(collection_id, content_id)
+    from media_usage_worker.domain.content_model import validate_collection_slug
+    from repository.collections import CollectionRegistry
     from repository.work import MediaUsageWorkRepository
 
+    if (slug is None) == (collection_id is None):
+        raise click.UsageError("Give exactly one of --collection SLUG and --collection-id ID.")
+    if slug is not None:
+        validate_collection_slug(slug)
+    else:
+        _checked_id(collection_id, "--collection-id")
+    _checked_id(content_id, "--content-id")
     with open_engine(database_url) as engine:
+        if slug is not None:
+            collection = CollectionRegistry(engine).get(slug)
+            if collection is None:
+                raise Outcome(f"collection {slug!r} not found")
+            collection_id = collection.id
+        assert collection_id is not None
         result = MediaUsageWorkRepository(engine).retry_operator_work(
             collection_id=collection_id, content_id=content_id
         )
@@ -363,15 +408,50 @@ def work_retry(collection_id: str, content_id: str, as_json: bool, database_url:
     elif result.outcome == "pending":
         click.echo(f"pending ({'reopened' if result.changed else 'already pending'})")
     if result.outcome != "pending":
-        detail = f" until {result.lease_expires_at}" if result.lease_expires_at else ""
-        raise Outcome(f"{result.outcome}{detail}")
+        raise Outcome(
+            _RETRY_REFUSED[result.outcome].format(
+                collection=slug or collection_id, until=result.lease_expires_at
+            )
+        )
+
+
+# Why ``work retry`` changed nothing, per outcome of ``retry_operator_work``.
+_RETRY_REFUSED = {
+    RetryOutcome.LEASE_ACTIVE: "a worker holds this item until {until}; retry it if it then fails",
+    RetryOutcome.COLLECTION_NOT_FOUND: "collection {collection!r} not found or capture inactive",
+    RetryOutcome.CONFLICT: "the item changed while it was being retried; run the command again",
+}
+
+
+def _checked_id(value: object, option: str) -> str:
+    """``value`` as an id an option may name, else one usage error saying what is allowed."""
+    from media_usage_worker.domain import validation
+
+    return validation.identifier(
+        value,
+        f"{option} must be a non-empty id of at most {validation.MAX_IDENTIFIER_LENGTH} "
+        "characters, without NUL.",
+    )
 
 
 @main.command("status")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option(
+    "--check",
+    is_flag=True,
+    help="Exit 1 when an item failed, coverage is not complete or due work is older than "
+    "--max-age (for cron and monitoring).",
+)
+@click.option(
+    "--max-age",
+    type=click.IntRange(0, 31_536_000),
+    default=300,
+    show_default=True,
+    help="With --check: the oldest due item may be this many seconds old.",
+)
 @database_url_option
 @handle_errors
-def status_command(as_json: bool, database_url: str) -> None:
+def status_command(as_json: bool, check: bool, max_age: int, database_url: str) -> None:
     """Coverage, epoch, work counts, oldest due item and latest failures per collection."""
     from dataclasses import asdict
 
@@ -390,39 +470,45 @@ def status_command(as_json: bool, database_url: str) -> None:
                 indent=2,
             )
         )
-        return
+    else:
+        _print_status(capture, aggregate, details)
+    problems = [problem for d in details for problem in _status_problems(d, max_age)]
+    if check and problems:
+        raise Outcome("; ".join(problems))
+
+
+def _print_status(capture: str, aggregate: str, details: list[Any]) -> None:
     click.echo(f"capture: {capture}    coverage: {aggregate}")
     _table(
+        ["COLLECTION", "COVERAGE", "EPOCH", "PENDING", "RETRY", "LEASED", "FAILED",
+         "OLDEST DUE (s)"],
         [
-            "COLLECTION",
-            "COVERAGE",
-            "EPOCH",
-            "PENDING",
-            "RETRY",
-            "LEASED",
-            "FAILED",
-            "OLDEST DUE (s)",
-        ],
-        [
-            [
-                d.slug,
-                d.coverage,
-                d.change_epoch,
-                d.work["pending"],
-                d.work["retry"],
-                d.work["leased"],
-                d.work["failed"],
-                d.oldest_due_age_seconds,
-            ]
+            [d.slug, d.coverage, d.change_epoch, d.work["pending"], d.work["retry"],
+             d.work["leased"], d.work["failed"], d.oldest_due_age_seconds]
             for d in details
         ],
-    )
-    for d in details:
-        for item in d.failed:
-            click.echo(
-                f"failed: {d.slug}/{item['content_id']} {item['error_code']} "
-                f"after {item['attempts']} attempts ({item['updated_at']})"
-            )
+    )  # fmt: skip
+    failed = [
+        [d.slug, i["content_id"], i["error_code"], i["attempts"], i["updated_at"]]
+        for d in details
+        for i in d.failed
+    ]
+    if failed:
+        click.echo("")
+        _table(["FAILED IN", "CONTENT", "ERROR", "ATTEMPTS", "UPDATED"], failed)
+
+
+def _status_problems(detail: Any, max_age: int) -> list[str]:
+    """What ``status --check`` reports about one collection."""
+    problems = []
+    if detail.work["failed"]:
+        problems.append(f"{detail.slug}: {detail.work['failed']} failed item(s)")
+    if detail.coverage != "complete":
+        problems.append(f"{detail.slug}: coverage {detail.coverage}")
+    age = detail.oldest_due_age_seconds
+    if age is not None and age > max_age:
+        problems.append(f"{detail.slug}: oldest due item {age:g} s old (over {max_age} s)")
+    return problems
 
 
 @main.command("usage")
@@ -438,11 +524,10 @@ def usage_command(
     """Where a media item is used, with the coverage that says whether "nowhere" is known."""
     from dataclasses import asdict
 
-    from media_usage_worker.domain import validation
     from media_usage_worker.domain.cursor import SLUG_ORDER, decode_cursor
     from repository.usage import usage_count, usage_page
 
-    validation.identifier(media_id, "MEDIA_ID must be a non-empty id of at most 1024 characters.")
+    _checked_id(media_id, "MEDIA_ID")
     decode_cursor(cursor, SLUG_ORDER)
     with open_engine(database_url) as engine:
         page = usage_page(engine, media_id, limit=limit, cursor=cursor)
@@ -452,6 +537,7 @@ def usage_command(
             json.dumps(
                 {
                     "media_id": media_id,
+                    "in_library": page.in_library,
                     "count": count,
                     "coverage": {"scope": "all_content_collections", "status": coverage.status},
                     "entries": [asdict(e) for e in page.entries],
@@ -462,9 +548,12 @@ def usage_command(
         )
         return
     known = "unknown (coverage not complete)" if count is None else str(count)
-    click.echo(f"media {media_id}: used by {known} live entries; coverage {coverage.status}")
+    library = "" if page.in_library else " (no media library item has this id)"
+    click.echo(
+        f"media {media_id}{library}: used by {known} live entries; coverage {coverage.status}"
+    )
     _table(
-        ["COLLECTION", "CONTENT", "TITLE", "STATUS", "TRASHED", "FIELDS"],
+        ["COLLECTION", "CONTENT", "TITLE", "STATUS", "TRASHED", "VARIANTS", "FIELDS"],
         [
             [
                 e.collection,
@@ -472,7 +561,11 @@ def usage_command(
                 e.title,
                 e.status,
                 e.deleted_at,
-                ", ".join(o["field_path"] for s in e.sources for o in s["occurrences"]),
+                ", ".join(source["variant"] for source in e.sources),
+                # A path both variants reference is one place in the entry: shown once.
+                ", ".join(
+                    dict.fromkeys(o["field_path"] for s in e.sources for o in s["occurrences"])
+                ),
             ]
             for e in page.entries
         ],

@@ -28,31 +28,39 @@ from media_usage_worker.domain.errors import InvalidDatabaseURL
 from repository.stored_text import decode_text
 
 SQLITE_BUSY_TIMEOUT_SECONDS = 30
-POSTGRES_DRIVERS = {None, "psycopg"}
-SQLITE_DRIVERS = {None, "pysqlite"}
+POSTGRES_DRIVERS = {"", "psycopg"}
+SQLITE_DRIVERS = {"", "pysqlite"}
+
+
+ACCEPTED_URLS = "sqlite:///PATH or postgresql://USER:PASSWORD@HOST:PORT/DATABASE"
 
 
 def parse_database_url(url: str | URL) -> URL:
-    """Validate ``url`` and return it with the driver this project uses."""
+    """Validate ``url`` and return it with the driver this project uses.
+
+    The scheme is read as text: asking SQLAlchemy for the backend would load a dialect plugin
+    for whatever name the URL carries (``postgres``, ``http``) and fail with a loader error.
+    """
     try:
         parsed = make_url(url)
     except (ArgumentError, ValueError, TypeError) as exc:
-        raise InvalidDatabaseURL(f"Database URL {str(url)[:200]!r} is malformed.") from exc
-    backend, driver = parsed.get_backend_name(), parsed.get_driver_name()
-    explicit_driver = driver if "+" in parsed.drivername else None
-    if backend == "sqlite" and explicit_driver in SQLITE_DRIVERS:
+        raise InvalidDatabaseURL(
+            f"Database URL {str(url)[:200]!r} is malformed: use {ACCEPTED_URLS}."
+        ) from exc
+    backend, _, driver = parsed.drivername.partition("+")
+    if backend == "sqlite" and driver in SQLITE_DRIVERS:
         if not parsed.database or parsed.database == ":memory:":
             raise InvalidDatabaseURL(
                 "SQLite needs a file path (sqlite:///path.db); an in-memory database cannot be "
                 "shared between workers."
             )
         return parsed.set(drivername="sqlite")
-    if backend in {"postgresql", "postgres"} and explicit_driver in POSTGRES_DRIVERS:
+    if backend in {"postgresql", "postgres"} and driver in POSTGRES_DRIVERS:
         if not parsed.database:
-            raise InvalidDatabaseURL("PostgreSQL URL must name a database.")
+            raise InvalidDatabaseURL(f"A PostgreSQL URL must name a database: {ACCEPTED_URLS}.")
         return parsed.set(drivername="postgresql+psycopg")
     raise InvalidDatabaseURL(
-        f"Unsupported database {parsed.drivername!r}: use sqlite:///FILE or postgresql://..."
+        f"Unsupported database URL scheme {parsed.drivername[:100]!r}: use {ACCEPTED_URLS}."
     )
 
 

@@ -19,6 +19,7 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
+from media_usage_worker.domain.errors import InvalidArgument
 from repository.db import create_engine
 
 VERSION_TABLE = "_media_usage_worker_migrations"
@@ -61,7 +62,11 @@ def upgrade(url_or_engine: str | sa.Engine, revision: str = "head") -> None:
 
 
 def downgrade(url_or_engine: str | sa.Engine, revision: str = "base") -> None:
-    """Revert to ``revision``; raises ``DowngradeRefused`` while media usage state exists."""
+    """Revert to ``revision``; raises ``DowngradeRefused`` while media usage state exists.
+
+    ``revision`` is checked (``check_revision``) before any I/O.
+    """
+    check_revision(revision)
     with _migrating(url_or_engine) as connection:
         command.downgrade(_config(connection), revision)
 
@@ -81,6 +86,21 @@ def head_revision() -> str:
     return head
 
 
+def check_revision(revision: object) -> str:
+    """``revision`` if it is ``base`` or a revision this code ships, else ``InvalidArgument``."""
+    known = _known_revisions()
+    if revision == "base" or revision in known:
+        return str(revision)
+    shown = repr(revision[:100]) if isinstance(revision, str) else "that value"
+    raise InvalidArgument(f"Unknown revision {shown}: use base or one of {', '.join(known)}.")
+
+
+@functools.cache
+def _known_revisions() -> tuple[str, ...]:
+    scripts = ScriptDirectory.from_config(_config_without_connection())
+    return tuple(sorted(script.revision for script in scripts.walk_revisions()))
+
+
 def _config_without_connection() -> Config:
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS_DIR))
@@ -92,7 +112,8 @@ def schema_problem(engine: sa.Engine) -> str | None:
     try:
         current = current_revision(engine)
     except sa.exc.DBAPIError as exc:
-        return f"the database cannot be read ({type(exc.orig).__name__})"
+        detail = (str(exc.orig).strip().splitlines() or [type(exc.orig).__name__])[0]
+        return f"the database cannot be read: {detail[:300]}"
     head = head_revision()
     if current == head:
         return None

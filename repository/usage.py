@@ -10,7 +10,6 @@ import sqlalchemy as sa
 from media_usage_worker.domain import coverage as coverage_rules
 from media_usage_worker.domain import validation as check
 from media_usage_worker.domain.cursor import SLUG_ORDER, decode_cursor, encode_cursor
-from media_usage_worker.domain.errors import MediaNotFound
 from media_usage_worker.domain.vocabulary import CoverageStatus
 from repository.activation import is_activation_active
 from repository.db import read_transaction
@@ -65,6 +64,9 @@ class UsagePage:
     coverage: Coverage
     entries: list[UsageEntry]
     next_cursor: str | None
+    # Whether the media library (the ``media`` table) has a row with this id. The answer does
+    # not depend on it: a reference to a file no longer in the library is still a use.
+    in_library: bool = True
 
 
 def read_coverage(conn: sa.Connection) -> Coverage:
@@ -159,13 +161,18 @@ def usage_counts(conn: sa.Connection, media_ids: list[str]) -> dict[str, int]:
 def usage_page(
     engine: sa.Engine, media_id: str, *, limit: int | None = None, cursor: str | None = None
 ) -> UsagePage:
-    """Entries using ``media_id`` (trashed ones included, with ``deleted_at``), by slug and id."""
+    """Entries using ``media_id`` (trashed ones included, with ``deleted_at``), by slug and id.
+
+    Any id is answered from the index, as ``usage_count`` answers it, whether or not the media
+    library has a row for it (emdash answers NOT_FOUND there; see ``UsagePage.in_library``).
+    """
     check.identifier(media_id, "A media id is required.")
     page_limit = check.operator_limit(limit)
     position = decode_cursor(cursor, SLUG_ORDER)
     with read_transaction(engine) as conn:
-        if conn.execute(sa.select(media.c.id).where(media.c.id == media_id)).first() is None:
-            raise MediaNotFound(f"No media item has id {media_id!r}.")
+        in_library = (
+            conn.execute(sa.select(media.c.id).where(media.c.id == media_id)).first() is not None
+        )
         active = is_activation_active(conn)
         joined, where = _current_eligible(active)
         groups_query = (
@@ -187,7 +194,7 @@ def usage_page(
         entries = [_entry(conn, joined, where, active, media_id, *group) for group in groups]
         result_coverage = read_coverage(conn)
     next_cursor = encode_cursor(groups[-1][1], groups[-1][2]) if has_more and groups else None
-    return UsagePage(media_id, result_coverage, entries, next_cursor)
+    return UsagePage(media_id, result_coverage, entries, next_cursor, in_library)
 
 
 def _entry(

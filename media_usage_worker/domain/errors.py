@@ -71,10 +71,6 @@ class RepairNotPossible(MediaUsageError):
     """Repair needs active capture on a registered collection with no run in progress."""
 
 
-class MediaNotFound(MediaUsageError):
-    """No media item has this id."""
-
-
 class FieldDiscoveryError(MediaUsageError):
     """A repeater's validation JSON cannot be read (INVALID_REPEATER_VALIDATION)."""
 

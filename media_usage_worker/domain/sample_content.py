@@ -44,6 +44,20 @@ class SampleEntry:
     draft: dict[str, Any] | None
 
 
+def media_library() -> list[dict[str, Any]]:
+    """The ``media`` rows of every library item the sample entries reference by id."""
+    kinds = (("jpg", "image/jpeg"), ("pdf", "application/pdf"), ("mp4", "video/mp4"))
+    rows = []
+    for n in range(MEDIA_POOL):
+        extension, mime_type = kinds[n % len(kinds)]
+        filename = f"media-{n:04d}.{extension}"
+        rows.append(
+            {"id": f"media-{n:04d}", "filename": filename, "mime_type": mime_type,
+             "storage_key": filename}
+        )  # fmt: skip
+    return rows
+
+
 def _image(rng: random.Random) -> Any:
     n = rng.randrange(MEDIA_POOL)
     if rng.random() < 0.1:

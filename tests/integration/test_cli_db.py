@@ -36,7 +36,7 @@ def test_bad_url_is_usage_error_with_one_line() -> None:
     result = CliRunner().invoke(main, ["db", "upgrade", "--database-url", "mysql://u@h/db"])
     assert result.exit_code == 2
     assert "Traceback" not in result.output
-    assert "Unsupported database 'mysql'" in result.output
+    assert "Unsupported database URL scheme 'mysql'" in result.output
 
 
 def test_collections_create_and_list(migrated_url: str) -> None:

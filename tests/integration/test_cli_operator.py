@@ -36,7 +36,9 @@ def seeded(db: sa.Engine, migrated_url: str) -> tuple[sa.Engine, str, str]:
 
 
 def run(url: str, *args: str):
-    return CliRunner().invoke(main, [*args, "--database-url", url], catch_exceptions=True)
+    """The command on ``url``, unless the arguments name a database URL of their own."""
+    own = ["--database-url", url] if "--database-url" not in args else []
+    return CliRunner().invoke(main, [*args, *own], catch_exceptions=True)
 
 
 def test_status_json_shape(seeded) -> None:
@@ -106,9 +108,9 @@ def test_work_retry_outcomes(seeded) -> None:
             )
         )
     busy = run(url, "work", "retry", "--collection-id", collection_id, "--content-id", "e1")
-    assert busy.exit_code == 1 and "lease_active until 2999" in busy.output
+    assert busy.exit_code == 1 and "a worker holds this item until 2999" in busy.output
     unknown = run(url, "work", "retry", "--collection-id", "nope", "--content-id", "e1")
-    assert unknown.exit_code == 1 and "collection_not_found" in unknown.output
+    assert unknown.exit_code == 1 and "collection 'nope' not found" in unknown.output
 
 
 def test_repair_then_usage(seeded) -> None:
@@ -119,7 +121,9 @@ def test_repair_then_usage(seeded) -> None:
     usage = json.loads(run(url, "usage", "m1", "--json").output)
     assert usage["count"] == 3 and usage["coverage"]["status"] == "complete"
     assert [e["content_id"] for e in usage["entries"]] == ["e0", "e1", "e2"]
-    assert run(url, "usage", "nope").exit_code == 1
+    # An id the library does not hold is answered from the index too: used nowhere.
+    nope = json.loads(run(url, "usage", "nope", "--json").output)
+    assert (nope["in_library"], nope["count"], nope["entries"]) == (False, 0, [])
 
 
 def test_repair_keeps_the_workers_size_limits(seeded) -> None:
@@ -204,9 +208,18 @@ junk = st.one_of(
             "é🙂",
             "' OR 1=1 --",
             "",
+            "Bad Slug!",
+            "x" * 2000,
         ]
     ),
 )
+urls = st.one_of(
+    st.text(max_size=40),
+    st.sampled_from(
+        ["notaurl://", "http://x", "postgres+asyncpg://u@h/d", "sqlite://", "sqlite:///:memory:",
+         "postgresql://u@h", "mysql://u@h/db", "://", "postgres://u@127.0.0.1:1/x"]
+    ),
+)  # fmt: skip
 argvs = st.one_of(
     st.tuples(
         st.just("work"),
@@ -227,6 +240,20 @@ argvs = st.one_of(
     st.tuples(st.just("usage"), junk, st.sampled_from(["--limit", "--cursor"]), junk),
     st.tuples(st.just("collections"), st.just("create"), junk, st.just("--field"), junk),
     st.tuples(st.just("repair"), st.just("--collection"), junk),
+    st.tuples(
+        st.just("work"),
+        st.just("retry"),
+        st.just("--collection"),
+        junk,
+        st.just("--content-id"),
+        junk,
+    ),
+    st.tuples(
+        st.sampled_from(["status", "usage m1", "work list --collection posts"]),
+        st.just("--database-url"),
+        urls,
+    ).map(lambda t: (*t[0].split(), *t[1:])),
+    st.tuples(st.just("db"), st.just("downgrade"), st.just("--revision"), junk),
     st.tuples(st.sampled_from(["status", "nope", "work"]), junk),
 )
 

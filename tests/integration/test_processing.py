@@ -8,7 +8,6 @@ import pytest
 import sqlalchemy as sa
 
 from media_usage_worker.domain.content_model import FieldDefinition
-from media_usage_worker.domain.errors import MediaNotFound
 from media_usage_worker.domain.policy import Limits
 from media_usage_worker.domain.snapshots import ContentEntry
 from media_usage_worker.pipeline.process import process_work_item
@@ -302,8 +301,20 @@ def test_usage_is_unknown_until_coverage_is_complete(db, posts_with_media) -> No
     drain(db)
     coverage, count = usage_count(db, "m1")
     assert coverage.status == "never" and count is None  # never reconciled: "nowhere" is unknown
-    with pytest.raises(MediaNotFound):
-        usage_page(db, "nope")
+    # An id without a media row is answered from the index like any other (one rule for
+    # usage_page and usage_count): here it is referenced nowhere.
+    page = usage_page(db, "nope")
+    assert page.entries == [] and not page.in_library
+    assert usage_page(db, "m1").in_library
+
+
+def test_an_id_without_a_media_row_is_answered_from_the_index(db, posts_with_media) -> None:
+    sql(db, "INSERT INTO ec_posts (id, hero) VALUES ('e1', 'gone-from-library')")
+    drain(db)
+    mark_coverage_complete(db)
+    page = usage_page(db, "gone-from-library")
+    assert [e.content_id for e in page.entries] == ["e1"] and not page.in_library
+    assert usage_count(db, "gone-from-library")[1] == 1  # the same answer as the listing
 
 
 def test_usage_listing_pages_by_entry(db, posts_with_media) -> None:

@@ -12,6 +12,7 @@ from repository.db import create_engine, parse_database_url
         ("sqlite:///media_usage.db", "sqlite"),
         ("sqlite+pysqlite:////tmp/x.db", "sqlite"),
         ("postgresql://u@localhost/db", "postgresql+psycopg"),
+        ("postgres://u:p@localhost/db", "postgresql+psycopg"),
         ("postgresql+psycopg://u:p@localhost:5433/db", "postgresql+psycopg"),
     ],
 )
@@ -30,6 +31,10 @@ def test_supported_urls_get_the_project_driver(url: str, drivername: str) -> Non
         "sqlite://",
         "sqlite:///:memory:",
         "sqlite+aiosqlite:///x.db",
+        "notaurl://",
+        "http://x",
+        "postgres+asyncpg://u@localhost/db",
+        "://nothing",
     ],
 )
 def test_malformed_or_unsupported_urls_raise_value_error(url: str) -> None:
@@ -38,3 +43,4 @@ def test_malformed_or_unsupported_urls_raise_value_error(url: str) -> None:
     assert isinstance(excinfo.value, InvalidDatabaseURL)
     message = str(excinfo.value)
     assert message.endswith(".") and "\n" not in message
+    assert "sqlite:///" in message  # names the forms that are accepted
