@@ -29,6 +29,8 @@ from repository.status import CollectionStatus, index_totals, overview
 
 BATCH = 500
 POLL_SECONDS = 0.5
+# How long a warm shutdown may take before the processes are killed.
+STOP_SECONDS = 30
 
 
 @dataclass(frozen=True)
@@ -121,10 +123,12 @@ def _start(log: Path, args: list[str], env: dict[str, str]) -> subprocess.Popen[
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """Celery's warm shutdown: SIGTERM to the main process only, which stops its pool children
+    itself (SIGTERM to the whole group killed them under it, and it logged each as an error)."""
     with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
+        proc.send_signal(signal.SIGTERM)
     try:
-        proc.wait(timeout=10)
+        proc.wait(timeout=STOP_SECONDS)
     except subprocess.TimeoutExpired:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
