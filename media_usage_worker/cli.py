@@ -144,6 +144,27 @@ def activate_command(database_url: str) -> None:
     click.echo(f"capture active on {len(slugs)} collection(s): {', '.join(slugs) or '-'}")
 
 
+@main.command("deactivate")
+@click.confirmation_option(
+    prompt="Drop every capture trigger and delete all queued media usage work?",
+    help="Do not ask for confirmation.",
+)
+@database_url_option
+@handle_errors
+def deactivate_command(database_url: str) -> None:
+    """Turn capture off: drop every capture trigger and delete queued work and reconciliations.
+
+    Host writes are then neither captured nor refused, and no coverage is trusted. The index
+    stays; `activate` turns capture on again and reconciles everything. Needed before
+    `db downgrade` (docs/operations.md, "Deactivating and uninstalling").
+    """
+    from repository.activation import deactivate
+
+    with open_engine(database_url) as engine:
+        slugs = deactivate(engine)
+    click.echo(f"capture off on {len(slugs)} collection(s): {', '.join(slugs) or '-'}")
+
+
 @main.group()
 def collections() -> None:
     """Content collections."""

@@ -11,7 +11,12 @@ import sqlalchemy as sa
 
 from media_usage_worker.domain.content_model import COLLECTION_SLUG_PATTERN
 from media_usage_worker.domain.errors import ActivationError
-from media_usage_worker.domain.vocabulary import ActivationState, CaptureState, CoverageStatus
+from media_usage_worker.domain.vocabulary import (
+    ActivationState,
+    CaptureState,
+    CoverageStatus,
+    ErrorCode,
+)
 from repository import schema, triggers
 from repository.clock import db_now
 from repository.content_tables import content_table_name
@@ -160,3 +165,65 @@ def _capture_is_active(conn: sa.Connection, collection_id: str, slug: str) -> bo
         ).first()
         is not None
     )
+
+
+def deactivate(engine: sa.Engine) -> list[str]:
+    """Turn incremental capture off for every collection, in one transaction.
+
+    The way back to a database ``db downgrade`` accepts. Every capture trigger is dropped, so
+    host writes are no longer captured (nor refused); the queued work and reconciliation runs
+    are deleted, since nothing would process them; every collection's coverage stops being
+    trusted (``stale`` with ``reconciliation_required``; a never-indexed one stays ``never``)
+    and loses its capture state; the global switch goes back to ``expanded``. The index rows
+    stay: a later ``activate`` reconciles every collection again. Refused while a collection
+    deletion is in progress. Returns the slugs whose triggers were dropped.
+    """
+    registry = schema.collections.c
+    with engine.begin() as conn:
+        deleting = conn.execute(
+            sa.select(sa.func.count()).select_from(schema.collection_deletions)
+        ).scalar_one()
+        if deleting:
+            raise ActivationError("A collection deletion is in progress; deactivation refused.")
+        slugs = [
+            slug
+            for slug in conn.execute(sa.select(registry.slug).order_by(registry.slug)).scalars()
+            # A slug activation refused never got triggers, and never becomes SQL here.
+            if isinstance(slug, str) and COLLECTION_SLUG_PATTERN.fullmatch(slug)
+            and sa.inspect(conn).has_table(content_table_name(slug))
+        ]  # fmt: skip
+        # Triggers first: dropping one waits for the table's writers in flight (PostgreSQL's
+        # lock), so the work rows they queued exist by the time they are deleted below.
+        for slug in slugs:
+            triggers.remove(conn, slug)
+        conn.execute(schema.work.delete())
+        conn.execute(schema.reconciliations.delete())
+        never = _status.status == CoverageStatus.NEVER
+        conn.execute(
+            schema.index_status.update()
+            .where(_status.adapter_id == schema.ADAPTER_ID, _status.scope_type == schema.SCOPE_TYPE)
+            .values(
+                capture_state=None,
+                status=sa.case((never, _status.status), else_=CoverageStatus.STALE.value),
+                last_error_code=sa.case((never, _status.last_error_code), else_=ErrorCode.STALE),
+                completed_at=None,
+                cursor=None,
+                change_epoch=_status.change_epoch + 1,
+                reconciliation_required=1,
+                updated_at=db_now(),
+            )
+        )
+        conn.execute(
+            schema.activation.update()
+            .where(_activation.task_key == schema.CAPTURE_TASK_KEY)
+            .values(
+                state=ActivationState.EXPANDED,
+                activated_at=None,
+                drain_confirmed_at=None,
+                collection_cursor=None,
+                lease_token=None,
+                lease_expires_at=None,
+                updated_at=db_now(),
+            )
+        )
+    return slugs

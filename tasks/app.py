@@ -86,6 +86,9 @@ app.conf.update(
     enable_utc=True,
     # Every message is checked before Celery's strategy runs it (tasks.consumer).
     worker_consumer="tasks.consumer:GuardedConsumer",
+    # Beat touches its liveness file on every pass, at least this often (tasks.beat).
+    beat_scheduler="tasks.beat:LivenessScheduler",
+    beat_max_loop_interval=30,
 )
 app.steps["consumer"].add("tasks.consumer:DroppedMessagesStats")
 

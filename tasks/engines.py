@@ -42,13 +42,21 @@ def migrated_engine() -> sa.Engine | None:
     if engine in _migrated:
         return engine
     problem = schema_problem(engine)
+    report_waiting(engine, problem)
     if problem is None:
         _migrated.add(engine)
         return engine
-    if _reported.get(engine) != problem:
+    return None
+
+
+def report_waiting(engine: sa.Engine, problem: str | None) -> None:
+    """Log why media usage is waiting on ``engine``'s database, once per process and problem
+    (``None``: it is not waiting, so the next problem is reported again)."""
+    if problem is None:
+        _reported.pop(engine, None)
+    elif _reported.get(engine) != problem:
         _reported[engine] = problem
         log.warning("media usage is waiting: %s", problem)
-    return None
 
 
 def dispose_all() -> None:

@@ -24,10 +24,14 @@ from repository.db import read_transaction
 from repository.work import MediaUsageWorkRepository
 from tasks import dispatch, settings
 from tasks.app import app
-from tasks.engines import migrated_engine
+from tasks.engines import migrated_engine, report_waiting
 from tasks.events import emit
 
 log = logging.getLogger(__name__)
+CAPTURE_INACTIVE = (
+    "capture is not active, so no content write is queued: run media-usage activate once "
+    "(docs/operations.md)"
+)
 # The soft time limit ends the refresh, never the worker: the item is retried (attempt + 1).
 OUT_OF_TIME = (SoftTimeLimitExceeded,)
 
@@ -41,6 +45,7 @@ def tick(self: Task) -> dict[str, Any]:
         return {"active": False, "dispatched": 0, "schema": "not migrated"}
     with read_transaction(engine) as conn:
         active = is_activation_active(conn)
+    report_waiting(engine, None if active else CAPTURE_INACTIVE)
     if not active:
         return {"active": False, "dispatched": 0}
     repo = MediaUsageWorkRepository(engine)

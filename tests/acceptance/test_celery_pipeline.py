@@ -292,6 +292,12 @@ def test_worker_and_beat_started_before_the_schema_wait_with_one_line_then_work(
         assert "Traceback" not in logs and "ERROR" not in logs
 
         upgrade(database_url)
+        # Migrated but not activated: one more line, saying to activate.
+        inactive = "media usage is waiting: capture is not active"
+        wait_for(lambda: inactive in fleet.logs(), timeout=60, interval=0.5)
+        ticks = fleet.logs().count("media_usage.tick[")
+        wait_for(lambda: fleet.logs().count("media_usage.tick[") >= ticks + 3, timeout=60)
+        assert fleet.logs().count(inactive) == 1
         db = create_engine(database_url)
         active_collection(db, "posts", SAMPLE_FIELDS)
         write_entries(db, 20)

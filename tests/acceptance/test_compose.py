@@ -4,6 +4,7 @@ written there, against the test PostgreSQL and Redis (only the service host name
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import os
 import re
@@ -11,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,22 +35,35 @@ ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
 SERVICES = COMPOSE["services"]
 APP_SERVICES = ("migrate", "worker", "beat", "flower")
-_VARIABLE = re.compile(r"\$\{(\w+)(?::-([^}]*))?\}")
+_VARIABLE = re.compile(r"(?<!\$)\$\{(\w+)(?:(:-|:\?)([^}]*))?\}")
 # What an operator would put in .env for a quick local run.
-DOTENV = {"MEDIA_USAGE_TICK_SECONDS": "1"}
+DOTENV = {"MEDIA_USAGE_TICK_SECONDS": "1", "FLOWER_BASIC_AUTH": "ops:s3cret"}
 
 
 def interpolate(value: str, env: dict[str, str]) -> str:
-    """Compose's ``${NAME:-default}`` substitution (and ``$$`` for a literal dollar)."""
-    return _VARIABLE.sub(lambda m: env.get(m[1], m[2] or ""), value).replace("$$", "$")
+    """Compose's ``${NAME:-default}`` and ``${NAME:?error}`` substitution (and ``$$`` for a
+    literal dollar, left for the container's shell)."""
+
+    def substitute(match: re.Match[str]) -> str:
+        name, kind, text = match[1], match[2], match[3]
+        if name in env:
+            return env[name]
+        if kind == ":?":
+            raise LookupError(f"compose refuses to start: {text}")
+        return text or ""
+
+    return _VARIABLE.sub(substitute, value).replace("$$", "$")
 
 
-def service(name: str, database_url: str, redis_url: str) -> tuple[list[str], dict[str, str]]:
+def service(
+    name: str, database_url: str, redis_url: str, tmp: Path
+) -> tuple[list[str], dict[str, str]]:
     """The service's argv and environment, pointed at the test servers instead of the hosts
-    ``postgres`` and ``redis`` of the compose network."""
+    ``postgres`` and ``redis`` of the compose network (and files at ``tmp``)."""
     spec = SERVICES[name]
     argv = [interpolate(str(part), DOTENV) for part in spec["command"]]
     env = {k: interpolate(str(v), DOTENV) for k, v in spec["environment"].items()}
+    env["MEDIA_USAGE_BEAT_LIVENESS_FILE"] = str(tmp / "beat.alive")
     compose_db = sa.make_url(env["MEDIA_USAGE_DATABASE_URL"])
     assert (compose_db.drivername, compose_db.host, compose_db.port) == (
         "postgresql+psycopg", "postgres", 5432,
@@ -61,6 +76,19 @@ def service(name: str, database_url: str, redis_url: str) -> tuple[list[str], di
     return executable[argv[0]] + argv[1:], {**os.environ, **env, "PYTHONUNBUFFERED": "1"}
 
 
+def healthcheck(name: str, env: dict[str, str], port: int | None = None) -> bool:
+    """Whether the service's own healthcheck passes, run as Docker runs it (``celery`` and
+    ``python`` are this virtualenv's, first on PATH as they are in the image)."""
+    kind, *argv = [interpolate(str(part), DOTENV) for part in SERVICES[name]["healthcheck"]["test"]]
+    if port is not None:
+        argv = [part.replace(":5555/", f":{port}/") for part in argv]
+    if kind == "CMD-SHELL":
+        argv = ["sh", "-c", *argv]
+    path = f"{Path(sys.executable).parent}:{os.environ['PATH']}"
+    shell_env = {**env, "HOSTNAME": socket.gethostname(), "PATH": path}
+    return subprocess.run(argv, env=shell_env, capture_output=True, timeout=60).returncode == 0
+
+
 def test_the_services_are_wired_as_production_needs() -> None:
     assert set(SERVICES) == {"postgres", "redis", *APP_SERVICES}
     assert "healthcheck" in SERVICES["postgres"] and "healthcheck" in SERVICES["redis"]
@@ -70,13 +98,22 @@ def test_the_services_are_wired_as_production_needs() -> None:
         depends: dict[str, Any] = SERVICES[name]["depends_on"]
         assert depends["migrate"] == {"condition": "service_completed_successfully"}
         assert depends["postgres"] == depends["redis"] == {"condition": "service_healthy"}
-    for name in APP_SERVICES:
-        assert SERVICES[name]["build"] == "." and (ROOT / "Dockerfile").is_file()
+    # One image, built once: by migrate, the first app service to start.
+    assert [n for n in SERVICES if "build" in SERVICES[n]] == ["migrate"]
+    assert SERVICES["migrate"]["build"] == "." and (ROOT / "Dockerfile").is_file()
+    assert len({SERVICES[n]["image"] for n in APP_SERVICES}) == 1
+    assert all(SERVICES[n]["pull_policy"] == "never" for n in ("worker", "beat", "flower"))
     assert SERVICES["worker"]["command"][:6] == ["celery", "-A", "tasks", "worker", "-Q",
-                                                 "media_usage"]  # fmt: skip
+                                                 "${MEDIA_USAGE_QUEUE:-media_usage}"]  # fmt: skip
     assert "-E" in SERVICES["worker"]["command"]
+    assert all("healthcheck" in SERVICES[n] for n in ("worker", "beat", "flower"))
     assert SERVICES["flower"]["ports"] == ["5555:5555"]
     assert "'.[flower]'" in (ROOT / "Dockerfile").read_text()
+    # Flower is never served without basic auth: compose refuses to start without it.
+    with pytest.raises(LookupError):
+        interpolate(SERVICES["flower"]["environment"]["FLOWER_BASIC_AUTH"], {})
+    ignored = (ROOT / ".dockerignore").read_text().split()
+    assert {".venv", "*.db", ".git", "tests"} <= set(ignored)
 
 
 @pytest.fixture
@@ -101,12 +138,19 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _answers(url: str) -> bool:
+def _status(url: str, basic_auth: str | None = None) -> int:
+    """The HTTP status ``url`` answers with (0: no answer)."""
+    request = urllib.request.Request(url)
+    if basic_auth is not None:
+        token = base64.b64encode(basic_auth.encode()).decode()
+        request.add_header("Authorization", f"Basic {token}")
     try:
-        with urllib.request.urlopen(url, timeout=2) as response:
-            return response.status == 200
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return exc.code
     except OSError:
-        return False
+        return 0
 
 
 @pytest.mark.parametrize("dialect", ["postgresql"], indirect=True)
@@ -114,7 +158,8 @@ def test_every_service_command_runs_against_real_servers(
     database_url: str, redis_url: str, tmp_path: Path, started: list
 ) -> None:
     redis.Redis.from_url(redis_url).flushdb()
-    argv, env = service("migrate", database_url, redis_url)
+    apps = {name: service(name, database_url, redis_url, tmp_path) for name in APP_SERVICES}
+    argv, env = apps["migrate"]
     migrated = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
     assert migrated.returncode == 0, migrated.stderr
     engine = create_engine(database_url)
@@ -122,9 +167,10 @@ def test_every_service_command_runs_against_real_servers(
         assert current_revision(engine) is not None
         create_sample_collections(engine)
         activate(engine)
+        assert not healthcheck("beat", apps["beat"][1])  # not started: no liveness file yet
         for name in ("worker", "beat"):
-            _start(started, *service(name, database_url, redis_url), tmp_path / f"{name}.log")
-        argv, env = service("flower", database_url, redis_url)
+            _start(started, *apps[name], tmp_path / f"{name}.log")
+        argv, env = apps["flower"]
         port = _free_port()
         _start(started, argv, {**env, "FLOWER_PORT": str(port)}, tmp_path / "flower.log")
 
@@ -132,6 +178,16 @@ def test_every_service_command_runs_against_real_servers(
         wait_for(lambda: work_rows(engine) == 0, timeout=120, interval=0.5)
         expected = expected_index(engine)
         assert len(expected) > 600 and actual_index(engine) == expected
-        wait_for(lambda: _answers(f"http://127.0.0.1:{port}/healthcheck"), timeout=60)
+
+        for name in ("worker", "beat"):
+            wait_for(lambda name=name: healthcheck(name, apps[name][1]), timeout=60, interval=1)
+        wait_for(lambda: healthcheck("flower", env, port), timeout=60, interval=0.5)
+        # Flower answers only with the credentials of FLOWER_BASIC_AUTH.
+        assert _status(f"http://127.0.0.1:{port}/api/workers") == 401
+        assert _status(f"http://127.0.0.1:{port}/api/workers", DOTENV["FLOWER_BASIC_AUTH"]) == 200
+        # The worker's check pings this very node: once it is gone, the check fails.
+        os.killpg(started[0].pid, signal.SIGKILL)
+        started[0].wait(timeout=30)
+        assert not healthcheck("worker", apps["worker"][1])
     finally:
         engine.dispose()

@@ -1,0 +1,31 @@
+"""docs/operations.md names every state and runbooks every error code an operator can meet."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from media_usage_worker.domain import vocabulary as v
+
+OPERATIONS = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
+STATES = [v.CoverageStatus, v.CaptureState, v.ActivationState, v.WorkState, v.Outcome]
+
+
+@pytest.mark.parametrize("value", [m.value for enum in STATES for m in enum])
+def test_every_state_is_in_the_states_table(value: str) -> None:
+    section = OPERATIONS[OPERATIONS.index("## States") : OPERATIONS.index("## Runbook")]
+    assert f"`{value}`" in section
+
+
+@pytest.mark.parametrize("code", [c.value for c in v.ErrorCode])
+def test_every_stored_error_code_has_a_runbook_row(code: str) -> None:
+    section = OPERATIONS[OPERATIONS.index("## Runbook") : OPERATIONS.index("## Upgrading")]
+    assert f"| `{code}` |" in section
+
+
+@pytest.mark.parametrize(
+    "heading", ["## Reconciliation", "## Upgrading", "## Deactivating and uninstalling"]
+)
+def test_the_operator_sections_exist(heading: str) -> None:
+    assert f"\n{heading}\n" in OPERATIONS
