@@ -162,11 +162,33 @@ def transaction(bind: Bind) -> Iterator[sa.Connection]:
     Each call commits on its own; a connection already inside a transaction is an error.
     """
     if isinstance(bind, Engine):
-        with bind.begin() as conn:
+        with bind.connect() as conn, _begun(conn):
             yield conn
     else:
-        with bind.begin():
+        with _begun(bind):
             yield bind
+
+
+@contextmanager
+def _begun(conn: sa.Connection) -> Iterator[None]:
+    """``conn.begin()`` as a context, but the body's exception is the one that propagates.
+
+    A worker's soft time limit can arrive while a statement is in flight; the driver then has
+    a command in progress and the rollback fails ("another command is already in progress").
+    Raised from the rollback, that error would hide the interrupt from the code that knows
+    what it means. The connection is discarded instead: one that cannot roll back is never
+    reused.
+    """
+    begun = conn.begin()
+    try:
+        yield
+    except BaseException:
+        try:
+            begun.rollback()
+        except Exception:
+            conn.invalidate()
+        raise
+    begun.commit()
 
 
 _READ_ONLY = "media_usage_read_only"
@@ -184,12 +206,12 @@ def read_transaction(bind: Bind) -> Iterator[sa.Connection]:
     if isinstance(bind, Engine):
         with bind.connect() as conn:
             conn.execution_options(**{_READ_ONLY: True})
-            with conn.begin():
+            with _begun(conn):
                 yield conn
         return
     bind.execution_options(**{_READ_ONLY: True})
     try:
-        with bind.begin():
+        with _begun(bind):
             yield bind
     finally:
         bind.execution_options(**{_READ_ONLY: False})

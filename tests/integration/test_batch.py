@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import threading
 
 import pytest
@@ -287,3 +288,36 @@ def test_a_batch_skips_an_entry_whose_work_row_is_being_written(db, media_posts,
         assert write_entries(db, plans) == [False, True]
     assert get_work(db, media_posts.id, "e000")["work_version"] == 2
     assert {key.split(":")[2] for key in actual_source_keys(db)} == {"e001"}
+
+
+def test_a_soft_limit_arriving_mid_statement_still_gives_the_items_back(
+    db, media_posts, dialect
+) -> None:
+    """The worker's soft limit is a signal: arriving while a statement waits on the server, it
+    leaves the driver with a command in progress, so the transaction's rollback fails too. The
+    interrupt must still be what the batch sees (it was once hidden behind the rollback's
+    error, and the item stayed leased until its lease ran out)."""
+    if dialect == "sqlite":
+        pytest.skip("SQLite waits for a lock inside C, where no Python signal handler runs")
+    ids = write(db, 2)
+
+    def time_is_up(*_: object) -> None:
+        raise OutOfTime
+
+    run = BatchRun(db, Limits(), interrupts=(OutOfTime,))
+    previous = signal.signal(signal.SIGALRM, time_is_up)
+    try:
+        with db.connect() as blocker, blocker.begin():
+            # The batch's write locks its collection row first: it waits here, on the server.
+            blocker.execute(
+                sa.text("SELECT id FROM _emdash_collections WHERE id = :i FOR UPDATE"),
+                {"i": media_posts.id},
+            )
+            signal.setitimer(signal.ITIMER_REAL, 0.5)
+            results = run.run(items(media_posts.id, ids))
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    found = {r.content_id: (str(r.outcome), r.error_code) for r in results}
+    assert found == dict.fromkeys(ids, ("retry", "MEDIA_USAGE_TIME_LIMIT"))
+    assert all(get_work(db, media_posts.id, i)["attempt_count"] == 1 for i in ids)
