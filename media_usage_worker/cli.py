@@ -22,7 +22,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from media_usage_worker.domain.content_model import FieldDefinition
 from media_usage_worker.domain.errors import InvalidArgument, MediaUsageError
 from media_usage_worker.domain.policy import Limits
-from media_usage_worker.domain.vocabulary import RetryOutcome
+from media_usage_worker.domain.vocabulary import ErrorCode, RetryOutcome
 
 DEFAULT_DATABASE_URL = "sqlite:///media_usage.db"
 F = TypeVar("F", bound=Callable[..., Any])
@@ -501,10 +501,10 @@ def status_command(as_json: bool, check: bool, max_age: int, database_url: str) 
 def _print_status(capture: str, aggregate: str, details: list[Any]) -> None:
     click.echo(f"capture: {capture}    coverage: {aggregate}")
     _table(
-        ["COLLECTION", "COVERAGE", "EPOCH", "PENDING", "RETRY", "LEASED", "FAILED",
+        ["COLLECTION", "COVERAGE", "WHY", "EPOCH", "PENDING", "RETRY", "LEASED", "FAILED",
          "OLDEST DUE (s)"],
         [
-            [d.slug, d.coverage, d.change_epoch, d.work["pending"], d.work["retry"],
+            [d.slug, d.coverage, _why(d), d.change_epoch, d.work["pending"], d.work["retry"],
              d.work["leased"], d.work["failed"], d.oldest_due_age_seconds]
             for d in details
         ],
@@ -519,13 +519,37 @@ def _print_status(capture: str, aggregate: str, details: list[Any]) -> None:
         _table(["FAILED IN", "CONTENT", "ERROR", "ATTEMPTS", "UPDATED"], failed)
 
 
+# Why coverage is not complete, as the status row's code says it.
+_WHY = {
+    ErrorCode.RULES_CHANGED: "extraction rules changed",
+    ErrorCode.STALE: "fields or capture changed",
+    ErrorCode.REPAIR_CONFLICT: "a write raced the repair",
+    ErrorCode.RECONCILIATION_ENTRY_FAILED: "entries failed",
+    ErrorCode.RECONCILIATION_FAILED: "reconciliation failed",
+}
+
+
+def _why(detail: Any) -> str | None:
+    """What keeps a collection's coverage from ``complete``, in words (``None``: nothing)."""
+    if detail.coverage == "complete":
+        return None
+    if detail.coverage == "never":
+        return "not reconciled yet"
+    if detail.status == "complete" and detail.rules.get("indexed_under") != detail.rules.get(
+        "running"
+    ):
+        return _WHY[ErrorCode.RULES_CHANGED]  # read under new rules before a tick marked it
+    code = detail.last_error_code
+    return _WHY.get(code, code) if code else "content written since"
+
+
 def _status_problems(detail: Any, max_age: int) -> list[str]:
     """What ``status --check`` reports about one collection."""
     problems = []
     if detail.work["failed"]:
         problems.append(f"{detail.slug}: {detail.work['failed']} failed item(s)")
     if detail.coverage != "complete":
-        problems.append(f"{detail.slug}: coverage {detail.coverage}")
+        problems.append(f"{detail.slug}: coverage {detail.coverage} ({_why(detail)})")
     age = detail.oldest_due_age_seconds
     if age is not None and age > max_age:
         problems.append(f"{detail.slug}: oldest due item {age:g} s old (over {max_age} s)")
@@ -560,7 +584,16 @@ def usage_command(
                     "media_id": media_id,
                     "in_library": page.in_library,
                     "count": count,
-                    "coverage": {"scope": "all_content_collections", "status": coverage.status},
+                    "coverage": {
+                        "scope": "all_content_collections",
+                        "status": coverage.status,
+                        # Per collection: its status and the extraction rules it was indexed
+                        # under (docs/operations.md, "Extraction rules").
+                        "collections": [
+                            {"slug": s.collection_slug, "status": s.status, "rules": s.rules}
+                            for s in coverage.scopes
+                        ],
+                    },
                     "entries": [asdict(e) for e in page.entries],
                     "next_cursor": page.next_cursor,
                 },

@@ -8,6 +8,7 @@ from media_usage_worker.domain.vocabulary import CaptureState, CoverageStatus, W
 from repository.clock import db_now
 from repository.db import Bind, transaction
 from repository.predicates import active_status_row, registered, status_row
+from repository.rules import rules_current
 from repository.schema import (
     ADAPTER_ID,
     SCOPE_TYPE,
@@ -33,12 +34,14 @@ _slug = sa.bindparam("p_slug", type_=sa.Text)
 
 
 def _restorable_for(collection_id: sa.ColumnElement[str]) -> sa.ColumnElement[bool]:
-    """``complete`` may come back: nothing to reconcile and no work row left."""
+    """``complete`` may come back: nothing to reconcile, no work row left, and the index was
+    computed under this worker's rules (one of other rules never restores it)."""
     work_remains = sa.exists(sa.select(1).where(work.c.collection_id == collection_id))
     return sa.and_(
         st.reconciliation_required == 0,
         st.status.in_((CoverageStatus.STALE, CoverageStatus.PARTIAL)),
         ~work_remains,
+        rules_current(collection_id),
     )
 
 

@@ -36,6 +36,7 @@ from repository.predicates import (
     registered,
     status_row,
 )
+from repository.rules import record_indexed_rules
 from repository.schema import ADAPTER_ID, SCOPE_TYPE, index_status, reconciliations, sources, work
 
 LEASE_SECONDS = 60
@@ -406,6 +407,7 @@ def finalize(engine: sa.Engine, c: Coordinator) -> bool:
         ).first()  # fmt: skip
         if done is None:
             return False
+        record_indexed_rules(conn, c.collection_id)
         conn.execute(
             reconciliations.delete().where(
                 _r.collection_id == c.collection_id, _r.lease_token == c.lease_token

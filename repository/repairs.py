@@ -15,6 +15,7 @@ from repository.clock import db_now
 from repository.content_tables import content_columns
 from repository.db import Bind, transaction
 from repository.predicates import active_status_row, status_row
+from repository.rules import record_indexed_rules
 from repository.schema import index_status, sources, work
 
 _st = index_status.c
@@ -105,6 +106,8 @@ def finish_repair(
             .returning(_st.status)
         ).first()  # fmt: skip
         if finalized is not None:
+            if outcome == CoverageStatus.COMPLETE:
+                record_indexed_rules(conn, collection_id)
             return outcome
         conn.execute(
             index_status.update()

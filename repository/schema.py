@@ -473,3 +473,17 @@ MEDIA_USAGE_TABLES = (
     cleanup,
     cleanup_fence,
 )
+
+# This project's own (not emdash's): which extraction rules each collection's index was
+# computed under (docs/design.md §5, "Rules"). ``rules_revision`` counts changes to the
+# collection's declared rules; the ``indexed_`` pair is written with ``complete`` by the run
+# that indexed it. ``complete`` holds only while they match the running rules.
+rules_state = Table(
+    "_media_usage_worker_rules_state",
+    metadata,
+    Column("collection_id", Text, primary_key=True),
+    Column("rules_revision", BigInteger, nullable=False, server_default=sa.text("0")),
+    Column("indexed_extraction_version", Integer),
+    Column("indexed_rules_revision", BigInteger),
+    _sortable_now("updated_at"),
+)

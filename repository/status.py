@@ -8,10 +8,12 @@ from typing import Any
 import sqlalchemy as sa
 
 from media_usage_worker.domain import coverage as coverage_rules
+from media_usage_worker.domain.rules import RulesState
 from media_usage_worker.domain.timestamps import seconds_between
 from media_usage_worker.domain.vocabulary import WorkState
 from repository.clock import db_now, is_due
 from repository.db import read_transaction
+from repository.rules import read_rules_states
 from repository.schema import (
     ADAPTER_ID,
     SCOPE_TYPE,
@@ -41,6 +43,8 @@ class CollectionStatus:
     work: dict[str, int] = field(default_factory=dict)
     oldest_due_age_seconds: float | None = None
     failed: list[dict[str, Any]] = field(default_factory=list)
+    # The extraction rules the index was computed under, and the running ones.
+    rules: dict[str, str | None] = field(default_factory=dict)
 
 
 def overview(engine: sa.Engine) -> tuple[str, str, list[CollectionStatus]]:
@@ -71,6 +75,7 @@ def overview(engine: sa.Engine) -> tuple[str, str, list[CollectionStatus]]:
             )
             .order_by(collections.c.slug)
         ).all()
+        rules_states = read_rules_states(conn)
         counts: dict[str, dict[str, int]] = {}
         for collection_id, state, count in conn.execute(
             sa.select(w.collection_id, w.state, sa.func.count()).group_by(w.collection_id, w.state)
@@ -103,8 +108,9 @@ def overview(engine: sa.Engine) -> tuple[str, str, list[CollectionStatus]]:
                 )
     details = []
     for row in rows:
+        rules = rules_states.get(row.id, RulesState())
         scope = coverage_rules.scope_status(
-            row.status, row.reconciliation_required, row.schema_version
+            row.status, row.reconciliation_required, row.schema_version, rules.current
         )
         due = oldest.get(row.id)
         details.append(
@@ -120,6 +126,7 @@ def overview(engine: sa.Engine) -> tuple[str, str, list[CollectionStatus]]:
                 work={s: counts.get(row.id, {}).get(s, 0) for s in WorkState},
                 oldest_due_age_seconds=round(seconds_between(due, now), 3) if due else None,
                 failed=failed.get(row.id, []),
+                rules={"indexed_under": rules.indexed_under, "running": rules.running},
             )
         )
     aggregate = coverage_rules.aggregate([d.coverage for d in details])

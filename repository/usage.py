@@ -10,9 +10,11 @@ import sqlalchemy as sa
 from media_usage_worker.domain import coverage as coverage_rules
 from media_usage_worker.domain import validation as check
 from media_usage_worker.domain.cursor import SLUG_ORDER, decode_cursor, encode_cursor
+from media_usage_worker.domain.rules import RulesState
 from media_usage_worker.domain.vocabulary import CoverageStatus
 from repository.activation import is_activation_active
 from repository.db import read_transaction
+from repository.rules import read_rules_states
 from repository.schema import (
     ADAPTER_ID,
     SCOPE_TYPE,
@@ -33,6 +35,9 @@ VARIANTS = ("columns", "draft_overlay")
 class ScopeCoverage:
     collection_slug: str
     status: str
+    # The extraction rules the collection's index was computed under (``None``: unknown); a
+    # ``complete`` status holds only under the running rules (docs/design.md §5, "Rules").
+    rules: str | None = None
 
 
 @dataclass(frozen=True)
@@ -71,7 +76,7 @@ class UsagePage:
 
 def read_coverage(conn: sa.Connection) -> Coverage:
     rows = conn.execute(
-        sa.select(c.slug, index_status.c.status, index_status.c.reconciliation_required,
+        sa.select(c.slug, c.id, index_status.c.status, index_status.c.reconciliation_required,
                   index_status.c.schema_version)
         .select_from(
             collections.outerjoin(
@@ -85,7 +90,12 @@ def read_coverage(conn: sa.Connection) -> Coverage:
         )
         .order_by(c.slug)
     ).all()  # fmt: skip
-    scopes = [ScopeCoverage(row.slug, coverage_rules.scope_status(*row[1:])) for row in rows]
+    states = read_rules_states(conn)
+    scopes = []
+    for slug, collection_id, status, required, schema_version in rows:
+        rules = states.get(collection_id, RulesState())
+        scope = coverage_rules.scope_status(status, required, schema_version, rules.current)
+        scopes.append(ScopeCoverage(slug, scope, rules.indexed_under))
     return Coverage(coverage_rules.aggregate([x.status for x in scopes]), scopes)
 
 

@@ -12,6 +12,7 @@ from media_usage_worker.domain.content_model import FieldDefinition
 from repository.activation import activate
 from repository.clock import db_now
 from repository.collections import Collection, CollectionRegistry
+from repository.rules import record_indexed_rules
 from repository.schema import index_status, work
 
 GALLERY_FIELD = FieldDefinition(
@@ -111,9 +112,13 @@ def status_row(engine: sa.Engine, collection_id: str) -> dict[str, Any]:
 
 
 def mark_coverage_complete(engine: sa.Engine) -> None:
-    """Coverage as a finished reconciliation leaves it: ``complete``, nothing to reconcile."""
+    """Coverage as a finished reconciliation leaves it: ``complete``, nothing to reconcile,
+    indexed under the running extraction rules."""
     with engine.begin() as conn:
         conn.execute(index_status.update().values(status="complete", reconciliation_required=0))
+        for collection_id in conn.execute(sa.select(index_status.c.collection_id)).scalars():
+            if collection_id is not None:
+                record_indexed_rules(conn, collection_id)
 
 
 def complete_without_note(

@@ -25,13 +25,17 @@ _DECIDING = (
 
 
 def scope_status(
-    status: str | None, reconciliation_required: int | None, schema_version: int | None
+    status: str | None,
+    reconciliation_required: int | None,
+    schema_version: int | None,
+    rules_current: bool = True,
 ) -> CoverageStatus:
-    """One collection's coverage as the read side reports it."""
+    """One collection's coverage as the read side reports it: ``complete`` only while nothing
+    is left to reconcile and the index was computed under the running rules."""
     if status is None:
         return CoverageStatus.NEVER
     if status == CoverageStatus.COMPLETE:
-        if reconciliation_required or schema_version != 1:
+        if reconciliation_required or schema_version != 1 or not rules_current:
             return CoverageStatus.STALE
         return CoverageStatus.COMPLETE
     return CoverageStatus(status) if status in KNOWN else CoverageStatus.UNKNOWN

@@ -225,23 +225,36 @@ def _field_occurrences(field: ExtractionField, value: object) -> Iterable[Occurr
                 yield _value_reference(field.slug, path, "image_field", item.get(sub), "image")
     elif field.type == "portableText" and isinstance(value, list):
         for index, block in enumerate(value):
-            if not _is_plain_object(block) or block.get("_type") != "image":
+            if not _is_plain_object(block):
                 continue
-            asset = block.get("asset")
-            if not _is_plain_object(asset):
-                continue
-            provider = normalize_provider(asset.get("provider"))
-            id_rule = local_id if provider == "local" else stable_id
-            key = "_ref" if id_rule(asset.get("_ref")) is not None else "id"
-            yield _reference(
-                field.slug,
-                f"{field.slug}[{index}].asset.{key}",
-                "portable_text_image",
-                asset.get("provider"),
-                asset.get(key),
-                asset.get("mimeType"),
-                "image",
-            )
+            if block.get("_type") == "image":
+                yield _asset_occurrence(field.slug, f"{field.slug}[{index}]", block.get("asset"))
+            elif block.get("_type") == "gallery" and isinstance(block.get("images"), list):
+                # A core gallery block: each image counts as an image block would (emdash
+                # 0.34 skipped them, so a gallery's images read as "used nowhere").
+                for position, image in enumerate(block["images"]):
+                    if _is_plain_object(image):
+                        path = f"{field.slug}[{index}].images[{position}]"
+                        yield _asset_occurrence(field.slug, path, image.get("asset"))
+
+
+def _asset_occurrence(field_slug: str, path: str, asset: object) -> Occurrence | None:
+    """A Portable Text image's ``asset`` at ``path``: ``_ref`` when it is a valid id, else
+    ``id`` (the path records which key was used)."""
+    if not _is_plain_object(asset):
+        return None
+    provider = normalize_provider(asset.get("provider"))
+    id_rule = local_id if provider == "local" else stable_id
+    key = "_ref" if id_rule(asset.get("_ref")) is not None else "id"
+    return _reference(
+        field_slug,
+        f"{path}.asset.{key}",
+        "portable_text_image",
+        asset.get("provider"),
+        asset.get(key),
+        asset.get("mimeType"),
+        "image",
+    )
 
 
 def extract(

@@ -58,6 +58,11 @@ def media_library() -> list[dict[str, Any]]:
     return rows
 
 
+def _library_id(rng: random.Random) -> str:
+    """The id of one of ``media_library``'s items."""
+    return f"media-{rng.randrange(MEDIA_POOL):04d}"
+
+
 def _image(rng: random.Random) -> Any:
     n = rng.randrange(MEDIA_POOL)
     if rng.random() < 0.1:
@@ -66,16 +71,19 @@ def _image(rng: random.Random) -> Any:
 
 
 def _file(rng: random.Random) -> Any:
-    n = rng.randrange(MEDIA_POOL)
-    return {"id": f"media-{n:04d}", "mimeType": rng.choice(["application/pdf", "video/mp4"])}
+    return {"id": _library_id(rng), "mimeType": rng.choice(["application/pdf", "video/mp4"])}
 
 
 def _portable_text(rng: random.Random) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = [{"_type": "block", "_key": "intro", "children": []}]
     for i in range(rng.randrange(3)):
-        blocks.append(
-            {"_type": "image", "_key": f"img{i}", "asset": {"_ref": f"media-{rng.randrange(500)}"}}
-        )
+        blocks.append({"_type": "image", "_key": f"img{i}", "asset": {"_ref": _library_id(rng)}})
+    if rng.random() < 0.3:  # a core gallery block: each of its images is a use
+        images = [
+            {"_key": f"g{i}", "asset": {"_ref": _library_id(rng)}}
+            for i in range(rng.randrange(1, 4))
+        ]
+        blocks.append({"_type": "gallery", "_key": "gallery", "images": images})
     return blocks
 
 

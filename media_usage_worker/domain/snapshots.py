@@ -22,6 +22,7 @@ from media_usage_worker.domain.extraction import (
     extraction_fields,
 )
 from media_usage_worker.domain.policy import Limits
+from media_usage_worker.domain.rules import EXTRACTION_VERSION
 from media_usage_worker.domain.vocabulary import RefreshCode
 
 SOURCE_TYPE = "content"
@@ -244,10 +245,13 @@ FIELD_FINGERPRINT_PREFIX = "media-usage-fields:v1:sha256:"
 
 
 def field_fingerprint(fields: Sequence[FieldDefinition]) -> str:
-    """What a reconciliation run indexes with: a field change restarts the run."""
+    """What a reconciliation run indexes with: a field change (or a worker of another
+    extraction version taking a step of the run) restarts the run."""
     payload = {
         "fingerprintVersion": 1,
         "contentSourceSchemaVersion": 1,
+        # Other extraction code indexes differently: a run it started is restarted here.
+        "extractionVersion": EXTRACTION_VERSION,
         "extractionFields": [f.schema() for f in extraction_fields(fields)],
         "displayFieldSlugs": sorted(n for n in DISPLAY_FIELDS if any(f.slug == n for f in fields)),
     }

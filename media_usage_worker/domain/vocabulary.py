@@ -99,6 +99,9 @@ class ErrorCode(StrEnum):
     UNUSABLE_CONTENT_ID = "MEDIA_USAGE_UNUSABLE_CONTENT_ID"
     # coverage made stale by a field change or a capture that was switched off
     STALE = "CONTENT_USAGE_STALE"
+    # own: the collection was indexed under other extraction rules (a new version of this
+    # project, or its declared rules changed); reconciliation re-indexes it
+    RULES_CHANGED = "MEDIA_USAGE_RULES_CHANGED"
     # a repair that a concurrent write overtook
     REPAIR_CONFLICT = "CONTENT_USAGE_REPAIR_CONFLICT"
 

@@ -23,6 +23,7 @@ from media_usage_worker.domain.validation import split_usable
 from media_usage_worker.domain.vocabulary import ErrorCode, ReconciliationPhase, WorkState
 from repository import reconciliations as store
 from repository.reconciliations import Coordinator
+from repository.rules import mark_rules_changed
 from repository.work import MediaUsageWorkRepository
 
 if TYPE_CHECKING:
@@ -37,7 +38,8 @@ CANDIDATES_PER_ROUND = 4
 class StepReport:
     collection_slug: str
     phase: ReconciliationPhase
-    action: str  # started, enqueued, waiting, sources, completed, restarted, failed, deferred
+    # started, enqueued, waiting, sources, completed, restarted, failed, deferred, rules_changed
+    action: str
     enqueued: int = 0
 
 
@@ -54,9 +56,13 @@ class Reconciler:
         deadline = time.monotonic() + budget_seconds
         if not store.drop_finished(self.engine):
             return []
+        # Indexed under other extraction rules: no longer complete, reconciled like the rest.
+        reports = [
+            StepReport(slug, ReconciliationPhase.SCAN, "rules_changed")
+            for slug in mark_rules_changed(self.engine)
+        ]
         store.reopen_failed_after_new_writes(self.engine)
         store.seed(self.engine)
-        reports: list[StepReport] = []
         while len(reports) < max_steps and time.monotonic() < deadline:
             candidates = store.due_collection_ids(self.engine, CANDIDATES_PER_ROUND)
             if not candidates:

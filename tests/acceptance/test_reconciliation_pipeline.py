@@ -7,6 +7,7 @@ import json
 import pytest
 import sqlalchemy as sa
 
+from media_usage_worker.domain.content_model import FieldDefinition
 from repository.activation import activate
 from repository.collections import CollectionRegistry
 from tests.index_oracle import (
@@ -58,3 +59,46 @@ def reconcile_pre_existing(db: sa.Engine, processes, entries: int, timeout: floa
 def test_ten_thousand_pre_existing_entries_reach_complete_coverage(db, processes) -> None:
     """The issue's full size: about two minutes per dialect with two worker processes."""
     reconcile_pre_existing(db, processes, 10_000, timeout=720)
+
+
+def test_a_collection_indexed_under_older_rules_is_reindexed_by_worker_and_beat(
+    db, processes
+) -> None:
+    """Complete under extraction rules that missed gallery blocks: the real beat and worker
+    mark it stale ("extraction rules changed") and bring it back to complete under the
+    running rules, the gallery images indexed, with no operator step."""
+    from media_usage_worker.domain.rules import EXTRACTION_VERSION
+    from repository.usage import usage_count
+    from tests.support import drain, mark_coverage_complete
+
+    posts = CollectionRegistry(db).create_collection(
+        "posts", "Posts", [*SAMPLE_FIELDS, FieldDefinition("body", "Body", "portableText")]
+    )
+    activate(db)
+    body = [{"_type": "gallery", "images": [{"asset": {"_ref": f"g{i}"}} for i in range(3)]}]
+    with db.begin() as conn:
+        conn.execute(
+            sa.text("INSERT INTO ec_posts (id, status, hero, body) "
+                    "VALUES (:id, 'published', :hero, :body)"),
+            [{"id": f"e{i}", "hero": f"m{i}", "body": json.dumps(body)} for i in range(20)],
+        )  # fmt: skip
+    drain(db)
+    mark_coverage_complete(db)
+    with db.begin() as conn:  # what the previous rules left behind
+        conn.execute(sa.text("DELETE FROM _emdash_media_usage WHERE field_path LIKE 'body%'"))
+        conn.execute(sa.text("UPDATE _emdash_media_usage_sources SET source_fingerprint = 'v1'"))
+        conn.execute(
+            sa.text("UPDATE _media_usage_worker_rules_state SET indexed_extraction_version = 1")
+        )
+    assert usage_count(db, "g0")[1] is None  # not trusted under the running rules
+
+    processes.env["MEDIA_USAGE_RECONCILE_SECONDS"] = "1"
+    processes.env["MEDIA_USAGE_RECONCILE_DEFER_SECONDS"] = "1"
+    processes.worker(concurrency=2)
+    processes.beat()
+    wait_for(lambda: usage_count(db, "g0")[1] == 20, timeout=120, interval=0.5)
+    status = status_row(db, posts.id)
+    assert (status["status"], status["reconciliation_required"]) == ("complete", 0)
+    assert "'rules_changed': 1" in processes.logs()  # the reconcile tick's summary said why
+    assert usage_count(db, "g0")[0].scopes[0].rules == f"extraction-{EXTRACTION_VERSION}.rules-0"
+    assert actual_index(db) == expected_index(db)

@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from click.testing import CliRunner
 
 from media_usage_worker.cli import main
-from repository.migrate import current_revision
+from repository.migrate import current_revision, head_revision
 
 
 def test_db_upgrade_uses_the_environment_url(database_url: str) -> None:
@@ -18,8 +18,8 @@ def test_db_upgrade_uses_the_environment_url(database_url: str) -> None:
         main, ["db", "upgrade"], env={"MEDIA_USAGE_DATABASE_URL": database_url}
     )
     assert result.exit_code == 0, result.output
-    assert "0002_media_usage_tables" in result.output
-    assert current_revision(database_url) == "0002_media_usage_tables"
+    assert head_revision() in result.output
+    assert current_revision(database_url) == head_revision()
 
 
 def test_db_upgrade_as_a_subprocess_is_idempotent(database_url: str) -> None:
@@ -29,7 +29,7 @@ def test_db_upgrade_as_a_subprocess_is_idempotent(database_url: str) -> None:
             [*command, "--database-url", database_url], capture_output=True, text=True, timeout=60
         )
         assert done.returncode == 0, done.stderr
-    assert current_revision(database_url) == "0002_media_usage_tables"
+    assert current_revision(database_url) == head_revision()
 
 
 def test_bad_url_is_usage_error_with_one_line() -> None:
@@ -120,7 +120,7 @@ def test_db_downgrade_refused_then_allowed(migrated_url: str) -> None:
     runner.invoke(main, ["collections", "create", "posts", "--database-url", migrated_url])
     refused = runner.invoke(main, ["db", "downgrade", "--database-url", migrated_url])
     assert refused.exit_code == 1 and "Downgrade refused: 1 collection(s)" in refused.output
-    assert current_revision(migrated_url) == "0002_media_usage_tables"
+    assert current_revision(migrated_url) == head_revision()
     partial = runner.invoke(
         main,
         [

@@ -63,7 +63,10 @@ def test_status_json_shape(seeded) -> None:
         "work",
         "oldest_due_age_seconds",
         "failed",
+        "rules",
     }
+    # Never reconciled: indexed under no known rules yet.
+    assert posts["rules"] == {"indexed_under": None, "running": "extraction-2.rules-0"}
 
 
 def test_work_list_pages_and_json(seeded) -> None:

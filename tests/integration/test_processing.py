@@ -69,6 +69,23 @@ def media_ids(engine: sa.Engine) -> dict[str, list[str]]:
     return result
 
 
+def test_images_of_a_gallery_block_are_indexed_and_found(db, posts_with_media) -> None:
+    body = [
+        {"_type": "block", "children": []},
+        {"_type": "gallery", "images": [{"asset": {"_ref": "m2"}}, {"asset": {"_ref": "m3"}}]},
+    ]
+    sql(db, "INSERT INTO ec_posts (id, status, body) VALUES ('e1', 'published', :b)",
+        b=json.dumps(body))  # fmt: skip
+    drain(db)
+    mark_coverage_complete(db)
+    assert media_ids(db) == {"columns": ["m2", "m3"]}
+    page = usage_page(db, "m3")
+    (entry,) = page.entries
+    paths = [o["field_path"] for s in entry.sources for o in s["occurrences"]]
+    assert paths == ["body[1].images[1].asset._ref"]
+    assert usage_count(db, "m3")[1] == 1
+
+
 def test_one_entry_through_its_lifecycle(db, posts_with_media) -> None:
     sql(db, "INSERT INTO ec_posts (id, slug, title, hero) VALUES ('e1', 'hello', 'Hello', 'm1')")
     assert [r.outcome for r in drain(db)] == ["completed"]

@@ -11,7 +11,7 @@ import pytest
 import sqlalchemy as sa
 
 from media_usage_worker.domain.errors import DowngradeRefused
-from repository.migrate import current_revision, downgrade, upgrade
+from repository.migrate import current_revision, downgrade, head_revision, upgrade
 
 EXPECTED: dict[str, dict] = {
     "_emdash_collections": {
@@ -339,7 +339,7 @@ def test_upgrade_twice_is_a_no_op(migrated_url: str, db: sa.Engine) -> None:
     upgrade(db)
     sa.inspect(db).clear_cache()
     assert sorted(sa.inspect(db).get_table_names()) == before
-    assert current_revision(db) == "0002_media_usage_tables"
+    assert current_revision(db) == head_revision()
     with db.connect() as conn:
         assert (
             conn.execute(sa.text("SELECT count(*) FROM _emdash_media_usage_activation")).scalar()
@@ -357,7 +357,7 @@ def test_downgrade_and_upgrade_round_trip(db: sa.Engine) -> None:
     assert current_revision(db) is None
     assert not set(EXPECTED) & set(sa.inspect(db).get_table_names())
     upgrade(db)
-    assert current_revision(db) == "0002_media_usage_tables"
+    assert current_revision(db) == head_revision()
 
 
 @pytest.mark.parametrize(
@@ -395,7 +395,7 @@ def test_downgrade_refuses_while_media_usage_state_exists(
     with pytest.raises(DowngradeRefused, match=reason):
         downgrade(db)
     # Nothing changed: still at head with every table present.
-    assert current_revision(db) == "0002_media_usage_tables"
+    assert current_revision(db) == head_revision()
     assert set(EXPECTED) <= set(sa.inspect(db).get_table_names())
 
 
@@ -405,5 +405,5 @@ def test_downgrade_refuses_while_collections_are_registered(db: sa.Engine) -> No
     CollectionRegistry(db).create_collection("posts", "Posts")
     with pytest.raises(DowngradeRefused, match="1 collection"):
         downgrade(db)
-    assert current_revision(db) == "0002_media_usage_tables"
+    assert current_revision(db) == head_revision()
     assert set(EXPECTED) <= set(sa.inspect(db).get_table_names())

@@ -263,3 +263,31 @@ def test_extraction_stops_past_the_occurrence_limit() -> None:
     assert len(extract([BODY], {"body": blocks}, max_occurrences=10)) == 10
     with pytest.raises(EntryTooLarge, match="more than 9"):
         extract([BODY], {"body": blocks}, max_occurrences=9)
+
+
+def test_portable_text_gallery_blocks_count_each_image() -> None:
+    value = [
+        {"_type": "block", "children": []},
+        {
+            "_type": "gallery",
+            "images": [
+                {"_key": "a", "asset": {"_ref": "m1", "mimeType": "image/png"}},
+                {"_key": "b", "asset": {"_ref": "https://cdn.example/x.jpg", "id": "m2"}},
+                "not an image",
+                {"_key": "d", "asset": {"provider": "external", "_ref": "m3"}},
+                {"_key": "e", "asset": {"provider": "cloudinary", "id": "folder/pic"}},
+                {"_key": "f"},
+            ],
+        },
+        {"_type": "gallery", "images": {"asset": {"_ref": "m4"}}},  # not a list: nothing
+        {"_type": "image", "asset": {"_ref": "m5"}},
+    ]
+    found = extract([BODY], {"body": value})
+    assert [(o.field_path, o.provider, o.provider_asset_id, o.media_id) for o in found] == [
+        ("body[1].images[0].asset._ref", "local", "m1", "m1"),
+        ("body[1].images[1].asset.id", "local", "m2", "m2"),
+        ("body[1].images[4].asset.id", "cloudinary", "folder/pic", None),
+        ("body[3].asset._ref", "local", "m5", "m5"),
+    ]
+    assert {o.reference_type for o in found} == {"portable_text_image"}
+    assert (found[0].mime_type, found[0].media_kind) == ("image/png", "image")
