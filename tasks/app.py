@@ -12,13 +12,9 @@ from celery import Celery
 from celery.signals import worker_process_init
 
 from tasks import settings
+from tasks.settings import queue_name
 
 DEFAULT_BROKER_URL = "redis://localhost:6379/0"
-DEFAULT_QUEUE = "media_usage"
-
-
-def queue_name() -> str:
-    return os.environ.get("MEDIA_USAGE_QUEUE", DEFAULT_QUEUE)
 
 
 def broker_url() -> str:
@@ -57,7 +53,10 @@ def broker_transport() -> str | None:
     return "tasks.transport:GuardedRedisTransport" if scheme in {"redis", "rediss"} else None
 
 
-app = Celery("media_usage", include=["tasks.work", "tasks.reconcile"])
+# Never the process's current or default app: importing this project (for ``after_write``,
+# say) leaves a host's own app, and the shared tasks that bind to it, alone. The tasks are
+# declared ``shared=False`` for the same reason: no other app is given them.
+app = Celery("media_usage", include=["tasks.work", "tasks.reconcile"], set_as_current=False)
 _hard_limit, _soft_limit = settings.time_limits()
 app.conf.update(
     broker_url=broker_url(),
@@ -94,7 +93,7 @@ app.steps["consumer"].add("tasks.consumer:DroppedMessagesStats")
 
 
 def _load_beat_schedule() -> None:
-    from beat_schedule import beat_schedule
+    from tasks.schedule import beat_schedule
 
     app.conf.beat_schedule = beat_schedule
 

@@ -14,7 +14,7 @@ from tasks.engines import migrated_engine
 from tasks.events import emit
 
 
-@app.task(name="media_usage.reconcile_tick", bind=True, ignore_result=True)
+@app.task(name="media_usage.reconcile_tick", bind=True, ignore_result=True, shared=False)
 def reconcile_tick(self: Task) -> dict[str, Any]:
     """Advance every collection that needs reconciling by a bounded number of pages."""
     engine = migrated_engine()

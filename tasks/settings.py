@@ -13,6 +13,7 @@ from media_usage_worker.domain.policy import positive_setting
 from media_usage_worker.domain.work import MAX_BATCH
 
 DEFAULT_DATABASE_URL = "sqlite:///media_usage.db"
+DEFAULT_QUEUE = "media_usage"
 LEASE_SECONDS = 60
 # The hard limit bounds how long heartbeats may extend a lease; the soft limit fires first.
 TASK_TIME_LIMIT_SECONDS = 300
@@ -38,6 +39,11 @@ def time_limits() -> tuple[int, int]:
             f"MEDIA_USAGE_TASK_TIME_LIMIT ({hard} s)."
         )
     return hard, soft
+
+
+def queue_name() -> str:
+    """The queue every task of this project is routed to (``MEDIA_USAGE_QUEUE``)."""
+    return os.environ.get("MEDIA_USAGE_QUEUE") or DEFAULT_QUEUE
 
 
 def database_url() -> str:

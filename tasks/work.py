@@ -36,7 +36,7 @@ CAPTURE_INACTIVE = (
 OUT_OF_TIME = (SoftTimeLimitExceeded,)
 
 
-@app.task(name="media_usage.tick", bind=True, ignore_result=True)
+@app.task(name="media_usage.tick", bind=True, ignore_result=True, shared=False)
 def tick(self: Task) -> dict[str, Any]:
     """Select due work page by page (up to the tick budget) and send one message per item."""
     started = time.monotonic()
@@ -77,7 +77,7 @@ def tick(self: Task) -> dict[str, Any]:
     return summary
 
 
-@app.task(name="media_usage.process_work", ignore_result=True)
+@app.task(name="media_usage.process_work", ignore_result=True, shared=False)
 def process_work(collection_id: Any, content_id: Any, work_version: Any) -> dict[str, Any]:
     """Claim, refresh and complete (or retry/fail) one item; the outcome is the result."""
     engine = migrated_engine()
@@ -109,7 +109,7 @@ def process_work(collection_id: Any, content_id: Any, work_version: Any) -> dict
     return result
 
 
-@app.task(name="media_usage.process_batch", ignore_result=True)
+@app.task(name="media_usage.process_batch", ignore_result=True, shared=False)
 def process_batch(items: Any) -> dict[str, Any]:
     """Process up to 100 items (``[collection_id, content_id, work_version]`` each) through the
     same path as one; the result counts the outcomes and names the items that failed."""
