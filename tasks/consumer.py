@@ -24,6 +24,7 @@ from media_usage_worker.domain.messages import (
     NO_ARGUMENTS,
     ArgumentCheck,
     TimeLimits,
+    after_write_arguments,
     batch_arguments,
     check_message,
     item_arguments,
@@ -37,6 +38,7 @@ ARGUMENT_CHECKS: dict[str, ArgumentCheck] = {
     "media_usage.reconcile_tick": NO_ARGUMENTS,
     "media_usage.process_work": item_arguments(),
     "media_usage.process_batch": batch_arguments(),
+    "media_usage.after_write": after_write_arguments(),
 }
 
 

@@ -11,6 +11,7 @@ from celery import Task
 from celery.exceptions import SoftTimeLimitExceeded
 
 from media_usage_worker.domain.errors import InvalidArgument
+from media_usage_worker.domain.messages import after_write_arguments
 from media_usage_worker.domain.policy import Limits
 from media_usage_worker.domain.timestamps import seconds_between
 from media_usage_worker.domain.vocabulary import Outcome
@@ -140,3 +141,19 @@ def process_batch(items: Any) -> dict[str, Any]:
             if r.outcome == Outcome.FAILED
         ],
     }
+
+
+_AFTER_WRITE_ARGUMENTS = after_write_arguments()
+
+
+@app.task(name="media_usage.after_write", ignore_result=True, shared=False)
+def after_write(collection_slug: Any, content_id: Any) -> dict[str, Any]:
+    """A host's content write, sent by name (``send_task``) from an app that does not import
+    this project: send its item now, as ``tasks.dispatch.after_write`` does in the host."""
+    try:
+        _AFTER_WRITE_ARGUMENTS([collection_slug, content_id], {})
+    except InvalidArgument as exc:
+        # The consumer drops such messages first; a direct call gets the same answer.
+        log.warning("media_usage.after_write ignored an invalid message: %s", exc)
+        return {"dispatched": None, "reason": "invalid message"}
+    return {"dispatched": dispatch.after_write(collection_slug, content_id)}

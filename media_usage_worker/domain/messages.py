@@ -21,6 +21,7 @@ from datetime import datetime
 from typing import Any
 
 from media_usage_worker.domain import validation
+from media_usage_worker.domain.content_model import validate_collection_slug
 from media_usage_worker.domain.errors import InvalidArgument, InvalidMessage
 from media_usage_worker.domain.validation import storable
 from media_usage_worker.domain.work import checked_items
@@ -210,7 +211,8 @@ def _clean_headers(
         "id": headers["id"],
         "retries": _whole(headers.get("retries", 0), "retries", MAX_RETRIES),
         "timelimit": clamp_time_limits(headers.get("timelimit"), limits),
-        "ignore_result": _flag(headers.get("ignore_result", False), "ignore_result"),
+        # ``send_task`` by name (a host app's) sends null: not asked for, so False.
+        "ignore_result": _flag(_unless_null(headers.get("ignore_result"), False), "ignore_result"),
         "replaced_task_nesting": _whole(
             headers.get("replaced_task_nesting", 0), "replaced_task_nesting", MAX_REPLACED_NESTING
         ),
@@ -265,6 +267,10 @@ def _whole(value: object, name: str, maximum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= maximum:
         raise InvalidMessage(f"the {name} header is not a whole number from 0 to {maximum}")
     return value
+
+
+def _unless_null(value: object, default: object) -> object:
+    return default if value is None else value
 
 
 def _flag(value: object, name: str) -> bool:
@@ -326,6 +332,26 @@ def _batch_items(value: object) -> None:
     if not isinstance(value, list):
         raise InvalidArgument("items is not a list")
     checked_items(value)
+
+
+def after_write_arguments() -> ArgumentCheck:
+    """``(collection_slug, content_id)``: a host's content write, named by slug and id."""
+    return positional(
+        "collection_slug",
+        "content_id",
+        checks={
+            "collection_slug": _collection_slug,
+            "content_id": lambda v: validation.identifier(v, "content_id is not an id"),
+        },
+    )
+
+
+def _collection_slug(value: object) -> None:
+    # A reason of its own: the slug's own check would quote the value back into the log.
+    try:
+        validate_collection_slug(value)
+    except InvalidArgument:
+        raise InvalidArgument("collection_slug is not a collection slug") from None
 
 
 def item_arguments() -> ArgumentCheck:

@@ -125,6 +125,29 @@ def test_a_forged_batch_is_dropped_whole_and_a_real_one_is_indexed(
     assert_index_is_exact(db)
 
 
+def test_a_host_app_sends_after_write_by_name_without_importing_the_project(
+    db, sample_posts, celery_worker, outcomes, task_env
+) -> None:
+    """A host's own app sends ``media_usage.after_write`` by name; the worker sends the item
+    (no tick runs here) and indexes it. A malformed one is dropped by the message guard."""
+    from celery import Celery
+
+    from tasks.consumer import dropped
+
+    host = Celery("host", broker=task_env["MEDIA_USAGE_BROKER_URL"], set_as_current=False)
+    write_entries(db, 3)
+    dropped_before = dropped.snapshot()["total"]
+    host.send_task("media_usage.after_write", args=["Bad Slug!", "e0000"], queue="media_usage")
+    for content_id in ("e0000", "e0001"):
+        host.send_task("media_usage.after_write", args=["posts", content_id], queue="media_usage")
+    wait_for(lambda: len(outcomes.items) == 2, timeout=60)
+    assert {o["content_id"] for o in outcomes.items} == {"e0000", "e0001"}
+    assert {o["outcome"] for o in outcomes.items} == {"completed"}
+    assert get_work(db, sample_posts.id, "e0002")["state"] == "pending"  # not sent: no tick
+    wait_for(lambda: dropped.snapshot()["total"] - dropped_before == 1, timeout=30)
+    host.close()
+
+
 def test_every_item_sent_five_times_is_processed_once(
     db, sample_posts, celery_worker, outcomes
 ) -> None:

@@ -17,6 +17,7 @@ from media_usage_worker.domain.messages import (
     MIN_TIME_LIMIT_SECONDS,
     NO_ARGUMENTS,
     TimeLimits,
+    after_write_arguments,
     check_envelope,
     check_message,
     clamp_time_limits,
@@ -50,6 +51,11 @@ def test_a_well_formed_item_message_is_accepted_with_cleaned_headers() -> None:
     assert (accepted.task, accepted.task_id) == ("media_usage.process_work", "3f1c-aa")
     assert "stamps" not in accepted.headers and "surprise" not in accepted.headers
     assert accepted.headers["timelimit"] == [None, None]
+
+
+def test_a_null_ignore_result_from_send_task_by_name_is_accepted() -> None:
+    # Celery's send_task (a host app sending by name, with no task object) sends null.
+    assert _check(_headers(ignore_result=None)).headers["ignore_result"] is False
 
 
 def test_arguments_by_keyword_are_accepted() -> None:
@@ -235,3 +241,32 @@ def test_celerys_own_message_for_the_longest_ids_is_accepted() -> None:
     message = app.amqp.as_task_v2("t-1", "media_usage.process_work", args=longest)
     accepted = _check(headers=message.headers, body=json.dumps(list(message.body)))
     assert accepted.task_id == "t-1"
+
+
+@pytest.mark.parametrize(
+    ("args", "accepted"),
+    [
+        (["posts", "e1"], True),
+        (["Bad Slug!", "e1"], False),
+        (["posts", ""], False),
+        (["posts", "e1", "extra"], False),
+        ([None, 5], False),
+        (["x" * 5000, "e1"], False),
+    ],
+)
+def test_after_write_by_name_takes_a_slug_and_an_id(args: list, accepted: bool) -> None:
+    message = {
+        "content_type": "application/json",
+        "content_encoding": "utf-8",
+        "headers": _headers(task="media_usage.after_write"),
+        "body": json.dumps([args, {}, {}]),
+        "checks": {"media_usage.after_write": after_write_arguments()},
+        "known_tasks": set(),
+        "limits": LIMITS,
+    }
+    if accepted:
+        assert check_message(**message).task == "media_usage.after_write"
+        return
+    with pytest.raises(InvalidMessage, match="invalid arguments") as refused:
+        check_message(**message)
+    assert "Bad Slug" not in str(refused.value) and "xxxx" not in str(refused.value)
