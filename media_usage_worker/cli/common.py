@@ -1,0 +1,101 @@
+"""What every command shares: exit codes, errors, the database option, tables."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+import sqlalchemy as sa
+from sqlalchemy.exc import SQLAlchemyError
+
+from media_usage_worker.domain.errors import InvalidArgument, MediaUsageError
+
+DEFAULT_DATABASE_URL = "sqlite:///media_usage.db"
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class Outcome(click.ClickException):
+    """A result that is not success: exit code 1, one line on stderr."""
+
+    exit_code = 1
+
+
+def handle_errors(command: F) -> F:
+    """Turn the project's exceptions into click's exit codes and one-line messages."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except InvalidArgument as exc:
+            raise click.UsageError(str(exc)) from None
+        except MediaUsageError as exc:
+            raise Outcome(str(exc)) from None
+        except SQLAlchemyError as exc:
+            detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+            raise Outcome(f"database error: {detail}") from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def database_url_option(command: F) -> F:
+    return click.option(
+        "--database-url",
+        envvar="MEDIA_USAGE_DATABASE_URL",
+        default=DEFAULT_DATABASE_URL,
+        show_default=True,
+        help="SQLAlchemy URL (env MEDIA_USAGE_DATABASE_URL).",
+    )(command)
+
+
+@contextmanager
+def open_engine(
+    database_url: str, *, create: bool = False, migrated: bool = True
+) -> Iterator[sa.Engine]:
+    """The engine for one command, disposed however the command ends.
+
+    Only ``create`` (``db upgrade``) may bring a SQLite file into being: any other command on a
+    path with no file says so instead of leaving an empty database behind. With ``migrated``
+    a database without this code's schema is refused with the command that fixes it, before
+    any statement could fail on a missing table.
+    """
+    from repository.db import create_engine, parse_database_url
+    from repository.migrate import schema_problem
+
+    url = parse_database_url(database_url)
+    if url.get_backend_name() == "sqlite" and not create:
+        path = Path(url.database or "")
+        if not path.is_file():
+            raise Outcome(f"no database at {path}: run media-usage db upgrade to create it")
+    engine = create_engine(url)
+    try:
+        problem = schema_problem(engine) if migrated else None
+        if problem is not None:
+            raise Outcome(problem)
+        yield engine
+    finally:
+        engine.dispose()
+
+
+def table(headers: list[str], rows: list[list[Any]]) -> None:
+    """An aligned plain-text table."""
+    cells = [[("-" if v is None else str(v)) for v in row] for row in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+    click.echo("  ".join(h.ljust(widths[i]) for i, h in enumerate(headers)).rstrip())
+    for row in cells:
+        click.echo("  ".join(v.ljust(widths[i]) for i, v in enumerate(row)).rstrip())
+
+
+def checked_id(value: object, option: str) -> str:
+    """``value`` as an id an option may name, else one usage error saying what is allowed."""
+    from media_usage_worker.domain import validation
+
+    return validation.identifier(
+        value,
+        f"{option} must be a non-empty id of at most {validation.MAX_IDENTIFIER_LENGTH} "
+        "characters, without NUL.",
+    )

@@ -1,0 +1,191 @@
+"""``status`` and ``usage``: what the index knows, and whether "used nowhere" can be trusted."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from media_usage_worker.cli.common import (
+    Outcome,
+    checked_id,
+    database_url_option,
+    handle_errors,
+    open_engine,
+    table,
+)
+from media_usage_worker.domain.vocabulary import ErrorCode
+
+
+@click.command("status")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option(
+    "--check",
+    is_flag=True,
+    help="Exit 1 when an item failed, coverage is not complete or due work is older than "
+    "--max-age (for cron and monitoring).",
+)
+@click.option(
+    "--max-age",
+    type=click.IntRange(0, 31_536_000),
+    default=300,
+    show_default=True,
+    help="With --check: the oldest due item may be this many seconds old.",
+)
+@database_url_option
+@handle_errors
+def status_command(as_json: bool, check: bool, max_age: int, database_url: str) -> None:
+    """Coverage, epoch, work counts, oldest due item and latest failures per collection."""
+    from dataclasses import asdict
+
+    from repository.status import overview
+
+    with open_engine(database_url) as engine:
+        capture, aggregate, details = overview(engine)
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "capture": capture,
+                    "coverage": aggregate,
+                    "collections": [asdict(d) for d in details],
+                },
+                indent=2,
+            )
+        )
+    else:
+        _print_status(capture, aggregate, details)
+    problems = [problem for d in details for problem in _status_problems(d, max_age)]
+    if check and problems:
+        raise Outcome("; ".join(problems))
+
+
+def _print_status(capture: str, aggregate: str, details: list[Any]) -> None:
+    click.echo(f"capture: {capture}    coverage: {aggregate}")
+    table(
+        ["COLLECTION", "COVERAGE", "WHY", "EPOCH", "PENDING", "RETRY", "LEASED", "FAILED",
+         "OLDEST DUE (s)"],
+        [
+            [d.slug, d.coverage, _why(d), d.change_epoch, d.work["pending"], d.work["retry"],
+             d.work["leased"], d.work["failed"], d.oldest_due_age_seconds]
+            for d in details
+        ],
+    )  # fmt: skip
+    failed = [
+        [d.slug, i["content_id"], i["error_code"], i["attempts"], i["updated_at"]]
+        for d in details
+        for i in d.failed
+    ]
+    if failed:
+        click.echo("")
+        table(["FAILED IN", "CONTENT", "ERROR", "ATTEMPTS", "UPDATED"], failed)
+
+
+# Why coverage is not complete, as the status row's code says it.
+_WHY = {
+    ErrorCode.RULES_CHANGED: "extraction rules changed",
+    ErrorCode.STALE: "fields or capture changed",
+    ErrorCode.REPAIR_CONFLICT: "a write raced the repair",
+    ErrorCode.RECONCILIATION_ENTRY_FAILED: "entries failed",
+    ErrorCode.RECONCILIATION_FAILED: "reconciliation failed",
+}
+
+
+def _why(detail: Any) -> str | None:
+    """What keeps a collection's coverage from ``complete``, in words (``None``: nothing)."""
+    if detail.coverage == "complete":
+        return None
+    if detail.coverage == "never":
+        return "not reconciled yet"
+    if detail.status == "complete" and detail.rules.get("indexed_under") != detail.rules.get(
+        "running"
+    ):
+        return _WHY[ErrorCode.RULES_CHANGED]  # read under new rules before a tick marked it
+    code = detail.last_error_code
+    return _WHY.get(code, code) if code else "content written since"
+
+
+def _status_problems(detail: Any, max_age: int) -> list[str]:
+    """What ``status --check`` reports about one collection."""
+    problems = []
+    if detail.work["failed"]:
+        problems.append(f"{detail.slug}: {detail.work['failed']} failed item(s)")
+    if detail.coverage != "complete":
+        problems.append(f"{detail.slug}: coverage {detail.coverage} ({_why(detail)})")
+    age = detail.oldest_due_age_seconds
+    if age is not None and age > max_age:
+        problems.append(f"{detail.slug}: oldest due item {age:g} s old (over {max_age} s)")
+    return problems
+
+
+@click.command("usage")
+@click.argument("media_id")
+@click.option("--limit", type=click.IntRange(1, 100), default=50, show_default=True)
+@click.option("--cursor", default=None, help="next_cursor of the previous page.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@database_url_option
+@handle_errors
+def usage_command(
+    media_id: str, limit: int, cursor: str | None, as_json: bool, database_url: str
+) -> None:
+    """Where a media item is used, with the coverage that says whether "nowhere" is known."""
+    from dataclasses import asdict
+
+    from media_usage_worker.domain.cursor import SLUG_ORDER, decode_cursor
+    from repository.usage import usage_count, usage_page
+
+    checked_id(media_id, "MEDIA_ID")
+    decode_cursor(cursor, SLUG_ORDER)
+    with open_engine(database_url) as engine:
+        page = usage_page(engine, media_id, limit=limit, cursor=cursor)
+        coverage, count = usage_count(engine, media_id)
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "media_id": media_id,
+                    "in_library": page.in_library,
+                    "count": count,
+                    "coverage": {
+                        "scope": "all_content_collections",
+                        "status": coverage.status,
+                        # Per collection: its status and the extraction rules it was indexed
+                        # under (docs/operations.md, "Extraction rules").
+                        "collections": [
+                            {"slug": s.collection_slug, "status": s.status, "rules": s.rules}
+                            for s in coverage.scopes
+                        ],
+                    },
+                    "entries": [asdict(e) for e in page.entries],
+                    "next_cursor": page.next_cursor,
+                },
+                indent=2,
+            )
+        )
+        return
+    known = "unknown (coverage not complete)" if count is None else str(count)
+    library = "" if page.in_library else " (no media library item has this id)"
+    click.echo(
+        f"media {media_id}{library}: used by {known} live entries; coverage {coverage.status}"
+    )
+    table(
+        ["COLLECTION", "CONTENT", "TITLE", "STATUS", "TRASHED", "VARIANTS", "FIELDS"],
+        [
+            [
+                e.collection,
+                e.content_id,
+                e.title,
+                e.status,
+                e.deleted_at,
+                ", ".join(source["variant"] for source in e.sources),
+                # A path both variants reference is one place in the entry: shown once.
+                ", ".join(
+                    dict.fromkeys(o["field_path"] for s in e.sources for o in s["occurrences"])
+                ),
+            ]
+            for e in page.entries
+        ],
+    )
+    if page.next_cursor:
+        click.echo(f"next page: --cursor {page.next_cursor}")
