@@ -27,7 +27,7 @@ from media_usage_worker.domain.errors import (
     FieldExists,
     MediaUsageError,
 )
-from media_usage_worker.domain.vocabulary import CaptureState, CoverageStatus
+from media_usage_worker.domain.vocabulary import CaptureState, CoverageStatus, ErrorCode
 from repository import activation
 from repository.clock import db_now
 from repository.content_tables import add_field_column, content_table_name, create_content_table
@@ -42,8 +42,6 @@ from repository.schema import (
     fields,
     index_status,
 )
-
-STALE_ERROR_CODE = "CONTENT_USAGE_STALE"
 
 
 @dataclass(frozen=True)
@@ -242,7 +240,7 @@ def _invalidate_coverage_for_schema_change(conn: sa.Connection, collection: Coll
             ),
             completed_at=None,
             cursor=None,
-            last_error_code=STALE_ERROR_CODE,
+            last_error_code=ErrorCode.STALE,
             reconciliation_required=1,
             updated_at=db_now(),
         )

@@ -211,8 +211,7 @@ def _clean_headers(
         "id": headers["id"],
         "retries": _whole(headers.get("retries", 0), "retries", MAX_RETRIES),
         "timelimit": clamp_time_limits(headers.get("timelimit"), limits),
-        # ``send_task`` by name (a host app's) sends null: not asked for, so False.
-        "ignore_result": _flag(_unless_null(headers.get("ignore_result"), False), "ignore_result"),
+        "ignore_result": _flag(_ignore_result(headers.get("ignore_result")), "ignore_result"),
         "replaced_task_nesting": _whole(
             headers.get("replaced_task_nesting", 0), "replaced_task_nesting", MAX_REPLACED_NESTING
         ),
@@ -269,8 +268,9 @@ def _whole(value: object, name: str, maximum: int) -> int:
     return value
 
 
-def _unless_null(value: object, default: object) -> object:
-    return default if value is None else value
+def _ignore_result(value: object) -> object:
+    # ``send_task`` by name (a host app's) sends null: not asked for, so False.
+    return False if value is None else value
 
 
 def _flag(value: object, name: str) -> bool:
