@@ -41,6 +41,7 @@ from repository.schema import (
     collections,
     fields,
     index_status,
+    reference_paths,
 )
 
 
@@ -120,7 +121,7 @@ class CollectionRegistry:
             ).scalar_one()
             conn.execute(_field_row(collection.id, definition, position))
             add_field_column(conn, collection_slug, definition)
-            _invalidate_coverage_for_schema_change(conn, collection)
+            invalidate_coverage(conn, collection, ErrorCode.STALE)
 
     def get(self, slug: str) -> Collection | None:
         with read_transaction(self.engine) as conn:
@@ -173,6 +174,10 @@ class CollectionRegistry:
 
 
 def load_fields(conn: sa.Connection, collection_id: str) -> list[FieldDefinition]:
+    """The collection's fields, each with the reference paths declared into it."""
+    declared: dict[str, list[str]] = {}
+    for field_slug, path in conn.execute(_DECLARED_PATHS, {"collection_id": collection_id}):
+        declared.setdefault(field_slug, []).append(path)
     rows = conn.execute(
         sa.select(
             fields.c.slug, fields.c.label, fields.c.type, fields.c.required, fields.c.validation
@@ -188,10 +193,18 @@ def load_fields(conn: sa.Connection, collection_id: str) -> list[FieldDefinition
             required=bool(row.required),
             validation=validation,
             validation_unreadable=validation is None and row.validation is not None,
+            reference_paths=tuple(declared.get(row.slug, ())),
         )
         for row in rows
         for validation in [_parse_validation(row.validation)]
     ]
+
+
+_DECLARED_PATHS = (
+    sa.select(reference_paths.c.field_slug, reference_paths.c.path)
+    .where(reference_paths.c.collection_id == sa.bindparam("collection_id"))
+    .order_by(reference_paths.c.path)
+)
 
 
 def _parse_validation(raw: str | None) -> dict[str, Any] | None:
@@ -219,10 +232,11 @@ def _field_row(collection_id: str, definition: FieldDefinition, position: int) -
     )
 
 
-def _invalidate_coverage_for_schema_change(conn: sa.Connection, collection: Collection) -> None:
-    """Bump the epoch and require reconciliation: indexed projections predate the new field."""
+def invalidate_coverage(conn: sa.Connection, collection: Collection, code: ErrorCode) -> None:
+    """Bump the epoch and require reconciliation: indexed projections predate a new field or
+    new extraction rules (``code`` says which)."""
     s = index_status.c
-    active = s.capture_state == CaptureState.ACTIVE
+    active = sa.and_(s.capture_state.is_not(None), s.capture_state == CaptureState.ACTIVE)
     result = conn.execute(
         index_status.update()
         .where(
@@ -240,7 +254,7 @@ def _invalidate_coverage_for_schema_change(conn: sa.Connection, collection: Coll
             ),
             completed_at=None,
             cursor=None,
-            last_error_code=ErrorCode.STALE,
+            last_error_code=code,
             reconciliation_required=1,
             updated_at=db_now(),
         )
@@ -248,7 +262,7 @@ def _invalidate_coverage_for_schema_change(conn: sa.Connection, collection: Coll
     ).all()
     if not result and activation.is_activation_active(conn):
         raise MediaUsageError(
-            f"Collection {collection.slug!r} has no active capture status row; schema change "
+            f"Collection {collection.slug!r} has no active capture status row; the change was "
             "aborted so coverage cannot silently stay complete."
         )
 

@@ -21,7 +21,8 @@ from repository.content_tables import content_columns
 from repository.db import Bind, read_transaction
 from repository.predicates import registered
 from repository.row_sets import RowSet
-from repository.schema import collections, revisions, sources
+from repository.rules import read_media_url_prefixes
+from repository.schema import collections, media, revisions, sources
 
 s = sources.c
 MATCH_COLUMNS = (
@@ -63,6 +64,7 @@ class CollectionState:
     fields: list[FieldDefinition]
     present: bool  # the collection is still registered with this id and slug
     entries: dict[str, EntryState]  # by content id
+    media_url_prefixes: tuple[str, ...] = ()
 
 
 def read_entries(
@@ -81,6 +83,7 @@ def read_entries(
     ids = list(dict.fromkeys(content_ids))
     with read_transaction(bind) as conn:
         fields = load_fields(conn, collection_id)
+        prefixes = tuple(read_media_url_prefixes(conn))
         present = bool(conn.execute(sa.select(registered(collection_id, slug))).scalar_one())
         rows = _content_rows(conn, collection_id, slug, ids, columns_for(fields), fields)
         drafts = [r["draft_revision_id"] for r in rows.values()]
@@ -96,7 +99,21 @@ def read_entries(
             revisions_by_id.get(draft) if isinstance(draft, str) else None,
             observed.get(content_id, {}),
         )
-    return CollectionState(fields, present, entries)
+    return CollectionState(fields, present, entries, prefixes)
+
+
+# The lowest id of a media item stored under the key (keys are unique in practice; the choice
+# is stable when they are not).
+_MEDIA_BY_STORAGE_KEY = sa.select(sa.func.min(media.c.id)).where(
+    media.c.storage_key == sa.bindparam("storage_key")
+)
+
+
+def media_id_by_storage_key(bind: Bind, storage_key: str) -> str | None:
+    """The id of the media item whose file is ``storage_key``; ``None`` when none is."""
+    with read_transaction(bind) as conn:
+        found = conn.execute(_MEDIA_BY_STORAGE_KEY, {"storage_key": storage_key}).scalar()
+    return found if isinstance(found, str) else None
 
 
 def _content_rows(

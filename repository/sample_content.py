@@ -9,21 +9,30 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from media_usage_worker.domain.sample_content import COLLECTIONS, SampleEntry, media_library
+from media_usage_worker.domain.reference_paths import parse_reference_path
+from media_usage_worker.domain.sample_content import (
+    COLLECTIONS,
+    DECLARED_PATHS,
+    SampleEntry,
+    media_library,
+)
 from repository.collections import CollectionRegistry
 from repository.content_tables import content_columns
 from repository.db import Bind, transaction
+from repository.rules import declare_reference_path
 from repository.schema import media, revisions
 
 
 def create_sample_collections(bind: sa.Engine) -> list[str]:
-    """Register the sample collections and the media library items their entries reference,
-    those that do not exist yet; returns every sample slug."""
+    """Register the sample collections, their declared reference paths and the media library
+    items their entries reference, those that do not exist yet; returns every sample slug."""
     registry = CollectionRegistry(bind)
     existing = {c.slug for c in registry.list()}
     for slug, fields in COLLECTIONS.items():
         if slug not in existing:
             registry.create_collection(slug, slug.title(), fields)
+        for path in DECLARED_PATHS.get(slug, ()):
+            declare_reference_path(bind, slug, parse_reference_path(path))
     with transaction(bind) as conn:
         present = set(conn.execute(sa.select(media.c.id)).scalars())
         missing = [row for row in media_library() if row["id"] not in present]

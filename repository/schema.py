@@ -487,3 +487,23 @@ rules_state = Table(
     Column("indexed_rules_revision", BigInteger),
     _sortable_now("updated_at"),
 )
+
+# This project's own: the site's declared reference paths (docs/operations.md, "Extraction
+# rules"), one row per collection and path; ``field_slug`` is the path's first step.
+reference_paths = Table(
+    "_media_usage_worker_reference_paths",
+    metadata,
+    Column("collection_id", Text, primary_key=True),
+    Column("path", Text, primary_key=True),
+    Column("field_slug", Text, nullable=False),
+    _sortable_now("created_at"),
+)
+
+# This project's own: the URL prefixes under which the site serves media files (a URL under
+# one names the media item of that ``storage_key``). They are rules of every collection.
+media_url_prefixes = Table(
+    "_media_usage_worker_media_url_prefixes",
+    metadata,
+    Column("prefix", Text, primary_key=True),
+    _sortable_now("created_at"),
+)

@@ -11,7 +11,7 @@ import json
 
 import sqlalchemy as sa
 
-from media_usage_worker.domain.extraction import extraction_fields
+from media_usage_worker.domain.extraction import MediaUrls, extraction_fields
 from media_usage_worker.domain.snapshots import DISPLAY_FIELDS, Revision, build_snapshots
 from media_usage_worker.domain.validation import is_usable_identifier
 from repository.collections import CollectionRegistry
@@ -30,6 +30,7 @@ def expected_index(engine: sa.Engine) -> set[Row]:
     collections = [(c, registry.fields(c.id)) for c in registry.list()]
     expected: set[Row] = set()
     with engine.connect() as conn:
+        urls = _media_urls(conn)
         for collection, fields in collections:
             extraction = extraction_fields(fields)
             display = [n for n in DISPLAY_FIELDS if any(f.slug == n for f in fields)]
@@ -50,11 +51,19 @@ def expected_index(engine: sa.Engine) -> set[Row]:
                 snapshots = build_snapshots(
                     collection_id=collection.id, collection_slug=collection.slug,
                     fields=extraction, row=values, display_fields=display, revision=revision,
+                    media_urls=urls,
                 )  # fmt: skip
                 for snapshot in snapshots.snapshots:
                     key = snapshot.source["source_key"]
                     expected.update(_row(key, o) for o in snapshot.occurrences)
     return expected
+
+
+def _media_urls(conn: sa.Connection) -> MediaUrls:
+    """Every prefix, and every storage key's lowest media id, read at once."""
+    prefixes = conn.execute(sa.text("SELECT prefix FROM _media_usage_worker_media_url_prefixes"))
+    keys = conn.execute(sa.text("SELECT storage_key, MIN(id) FROM media GROUP BY storage_key"))
+    return MediaUrls(tuple(prefixes.scalars()), dict(keys.all()).get)
 
 
 def actual_index(engine: sa.Engine) -> set[Row]:

@@ -2,15 +2,15 @@
 
 Exit codes: 0 success; 1 an outcome that is not success (refused, not found, conflict, database
 unreachable or unmigrated); 2 bad usage. Errors are one line on stderr, never a traceback.
-One module per group of commands: ``database``, ``content`` (collections), ``work``, ``reports``,
-``demo``; ``common`` holds what they share.
+One module per group of commands: ``database``, ``content`` (collections), ``rules``, ``work``,
+``reports``, ``demo``; ``common`` holds what they share.
 """
 
 from __future__ import annotations
 
 import click
 
-from media_usage_worker.cli import content, database, demo, reports, work
+from media_usage_worker.cli import content, database, demo, reports, rules, work
 
 
 @click.group()
@@ -24,6 +24,7 @@ for command in (
     database.activate_command,
     database.deactivate_command,
     content.collections,
+    rules.rules,
     work.work,
     work.repair_command,
     reports.status_command,

@@ -24,6 +24,13 @@ class Outcome(click.ClickException):
     exit_code = 1
 
 
+class BadInput(click.ClickException):
+    """An argument the project's validation refused: exit code 2 (usage), one line on stderr
+    that says what is allowed (click's own parse errors add the usage text)."""
+
+    exit_code = 2
+
+
 def handle_errors(command: F) -> F:
     """Turn the project's exceptions into click's exit codes and one-line messages."""
 
@@ -32,7 +39,7 @@ def handle_errors(command: F) -> F:
         try:
             return command(*args, **kwargs)
         except InvalidArgument as exc:
-            raise click.UsageError(str(exc)) from None
+            raise BadInput(str(exc)) from None
         except MediaUsageError as exc:
             raise Outcome(str(exc)) from None
         except SQLAlchemyError as exc:

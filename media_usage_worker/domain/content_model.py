@@ -98,6 +98,8 @@ class FieldDefinition:
     validation: Mapping[str, Any] | None = field(default=None, hash=False, compare=True)
     # The stored validation text is not a JSON object: a repeater's sub-fields are then unknown.
     validation_unreadable: bool = False
+    # The site's declared reference paths into this field (``domain.reference_paths``).
+    reference_paths: tuple[str, ...] = ()
 
     @property
     def column_type(self) -> str:

@@ -39,6 +39,14 @@ class InvalidCursor(InvalidArgument):
     """The cursor is malformed or was not issued by this service."""
 
 
+class InvalidRule(InvalidArgument):
+    """The extraction rule is malformed; nothing was stored."""
+
+
+class RuleNotFound(MediaUsageError):
+    """No such rule is declared."""
+
+
 class DowngradeRefused(MediaUsageError):
     """Downgrade refused: media usage state still exists."""
 

@@ -8,12 +8,17 @@ anything that is not a well-formed reference is simply not an occurrence.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
 from media_usage_worker.domain.content_model import FieldDefinition
 from media_usage_worker.domain.errors import EntryTooLarge, FieldDiscoveryError
+from media_usage_worker.domain.reference_paths import (
+    ReferencePath,
+    media_file_key,
+    parse_reference_path,
+)
 from media_usage_worker.domain.validation import storable
 
 _URL_LIKE = re.compile(r"^(?:[a-z][a-z0-9+.\-]*:|//)", re.IGNORECASE)
@@ -41,18 +46,46 @@ _ARCHIVE_MIMES = frozenset(
 
 @dataclass(frozen=True)
 class ExtractionField:
-    """A field that can hold media: image, file, portableText, or a repeater's image sub-fields."""
+    """A field that can hold media: image, file, portableText, a repeater's image sub-fields,
+    or any field with declared reference paths."""
 
     slug: str
     type: str
     image_sub_fields: tuple[str, ...] = ()
+    declared_paths: tuple[ReferencePath, ...] = ()
 
     def schema(self) -> dict[str, Any]:
         """The field's entry in a projection fingerprint's ``extractionSchema``."""
         entry: dict[str, Any] = {"slug": self.slug, "type": self.type}
         if self.type == "repeater":
             entry["subFields"] = [{"slug": s, "type": "image"} for s in self.image_sub_fields]
+        if self.declared_paths:
+            entry["declaredPaths"] = [p.text for p in self.declared_paths]
         return entry
+
+
+def _no_media(_storage_key: str) -> str | None:
+    return None
+
+
+# What a declared reference path finds (emdash's own read side shows it as "unknown").
+DECLARED_PATH = "declared_path"
+
+
+@dataclass(frozen=True)
+class MediaUrls:
+    """How the URL of a media file becomes its media id: the site's media URL prefixes and a
+    lookup of a storage key (``None``: no media item has it, and the URL is no reference)."""
+
+    prefixes: tuple[str, ...] = ()
+    media_id_for_key: Callable[[str], str | None] = _no_media
+
+    def media_id(self, value: str) -> str | None:
+        key = media_file_key(value, self.prefixes)
+        return None if key is None else self.media_id_for_key(key)
+
+
+NO_MEDIA_URLS = MediaUrls()
 
 
 @dataclass(frozen=True)
@@ -86,12 +119,10 @@ def extraction_fields(fields: Iterable[FieldDefinition]) -> list[ExtractionField
     """The fields extraction looks at, sorted by slug."""
     result = []
     for definition in fields:
-        if definition.type in ("image", "file", "portableText"):
-            result.append(ExtractionField(definition.slug, definition.type))
-        elif definition.type == "repeater":
-            subs = _image_sub_fields(definition)
-            if subs:
-                result.append(ExtractionField(definition.slug, "repeater", subs))
+        declared = tuple(parse_reference_path(p) for p in sorted(definition.reference_paths))
+        subs = _image_sub_fields(definition) if definition.type == "repeater" else ()
+        if definition.type in ("image", "file", "portableText") or subs or declared:
+            result.append(ExtractionField(definition.slug, definition.type, subs, declared))
     return sorted(result, key=lambda f: f.slug)
 
 
@@ -173,11 +204,15 @@ def _reference(
     id_value: object,
     mime_value: object,
     fallback_kind: str | None,
+    urls: MediaUrls | None = None,
 ) -> Occurrence | None:
     provider = normalize_provider(provider_value)
     if provider is None or provider == "external":
         return None
     asset_id = local_id(id_value) if provider == "local" else stable_id(id_value)
+    if asset_id is None and provider == "local" and urls is not None and isinstance(id_value, str):
+        # The URL of a file in the media library names that media item; any other URL, none.
+        asset_id = urls.media_id(id_value)
     if asset_id is None:
         return None
     mime = normalize_mime(mime_value)
@@ -194,10 +229,17 @@ def _reference(
 
 
 def _value_reference(
-    field_slug: str, field_path: str, reference_type: str, value: object, fallback: str | None
+    field_slug: str,
+    field_path: str,
+    reference_type: str,
+    value: object,
+    fallback: str | None,
+    urls: MediaUrls,
 ) -> Occurrence | None:
+    """An image or file field's value (or what a declared path reaches): an id, a media URL,
+    or an object with ``id``, ``provider`` and ``mimeType``."""
     if isinstance(value, str):
-        return _reference(field_slug, field_path, reference_type, None, value, None, fallback)
+        return _reference(field_slug, field_path, reference_type, None, value, None, fallback, urls)
     if _is_plain_object(value):
         return _reference(
             field_slug,
@@ -207,22 +249,27 @@ def _value_reference(
             value.get("id"),
             value.get("mimeType"),
             fallback,
+            urls,
         )
     return None
 
 
-def _field_occurrences(field: ExtractionField, value: object) -> Iterable[Occurrence | None]:
+def _field_occurrences(
+    field: ExtractionField, value: object, urls: MediaUrls
+) -> Iterable[Occurrence | None]:
     if field.type == "image":
-        yield _value_reference(field.slug, field.slug, "image_field", value, "image")
+        yield _value_reference(field.slug, field.slug, "image_field", value, "image", urls)
     elif field.type == "file":
-        yield _value_reference(field.slug, field.slug, "file_field", value, None)
+        yield _value_reference(field.slug, field.slug, "file_field", value, None, urls)
     elif field.type == "repeater" and isinstance(value, list):
         for index, item in enumerate(value):
             if not _is_plain_object(item):
                 continue
             for sub in field.image_sub_fields:
                 path = f"{field.slug}[{index}].{sub}"
-                yield _value_reference(field.slug, path, "image_field", item.get(sub), "image")
+                yield _value_reference(
+                    field.slug, path, "image_field", item.get(sub), "image", urls
+                )
     elif field.type == "portableText" and isinstance(value, list):
         for index, block in enumerate(value):
             if not _is_plain_object(block):
@@ -236,6 +283,9 @@ def _field_occurrences(field: ExtractionField, value: object) -> Iterable[Occurr
                     if _is_plain_object(image):
                         path = f"{field.slug}[{index}].images[{position}]"
                         yield _asset_occurrence(field.slug, path, image.get("asset"))
+    for declared in field.declared_paths:
+        for path, reached in declared.walk(value):
+            yield _value_reference(field.slug, path, DECLARED_PATH, reached, None, urls)
 
 
 def _asset_occurrence(field_slug: str, path: str, asset: object) -> Occurrence | None:
@@ -261,16 +311,18 @@ def extract(
     fields: Sequence[ExtractionField],
     data: Mapping[str, Any],
     max_occurrences: int | None = None,
+    urls: MediaUrls | None = None,
 ) -> list[Occurrence]:
     """Every media occurrence in ``data``, in field then item order, de-duplicated.
 
-    Stops with ``EntryTooLarge`` as soon as there are more than ``max_occurrences``, so an
-    entry of a million images costs a bounded list, not a million objects.
+    ``urls`` resolves media file URLs (none resolve without it). Stops with ``EntryTooLarge``
+    as soon as there are more than ``max_occurrences``, so an entry of a million images costs
+    a bounded list, not a million objects.
     """
     seen: set[tuple] = set()
     result = []
     for field in fields:
-        for occurrence in _field_occurrences(field, data.get(field.slug)):
+        for occurrence in _field_occurrences(field, data.get(field.slug), urls or NO_MEDIA_URLS):
             if occurrence is None:
                 continue
             key = (

@@ -10,9 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # 1: emdash 0.34.0's rules. 2: images of core Portable Text gallery blocks count too.
+# 3: declared reference paths, and media file URLs resolve to their media item.
 # Raise it with every change to what extraction finds: coverage then leaves ``complete`` and
 # reconciliation re-indexes every collection under the new rules, with no operator step.
-EXTRACTION_VERSION = 2
+EXTRACTION_VERSION = 3
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,10 @@
 """Realistic sample content for the demo and the benchmarks: pure data, no I/O.
 
 Two collections whose entries carry about five media references each, through every field kind
-the index reads (image, file, repeater of images, portableText image blocks), with a share of
-unpublished drafts, drafts over published entries, trashed entries and provider-hosted assets.
+the index reads (image, file, repeater of images, portableText image and gallery blocks, and a
+custom ``marketing.gallery`` block whose media URLs a declared reference path finds), with a
+share of unpublished drafts, drafts over published entries, trashed entries and provider-hosted
+assets.
 Deterministic for a given seed, so runs can be compared.
 """
 
@@ -32,7 +34,12 @@ COLLECTIONS: dict[str, list[FieldDefinition]] = {
         FieldDefinition("images", "Images", "repeater", validation=_GALLERY),
     ],
 }
+# The site's declared reference paths: its custom block keeps media as URLs of media files.
+DECLARED_PATHS: dict[str, list[str]] = {
+    "articles": ["body[_type=marketing.gallery].items[].imageUrl"],
+}
 MEDIA_POOL = 500
+MEDIA_FILE_URL = "/_emdash/api/media/file/"
 
 
 @dataclass(frozen=True)
@@ -84,6 +91,13 @@ def _portable_text(rng: random.Random) -> list[dict[str, Any]]:
             for i in range(rng.randrange(1, 4))
         ]
         blocks.append({"_type": "gallery", "_key": "gallery", "images": images})
+    if rng.random() < 0.2:  # a custom block: found by a declared path, its URLs resolved
+        library = media_library()
+        items = [
+            {"imageUrl": MEDIA_FILE_URL + library[rng.randrange(MEDIA_POOL)]["storage_key"]}
+            for _ in range(rng.randrange(1, 3))
+        ]
+        blocks.append({"_type": "marketing.gallery", "_key": "promo", "items": items})
     return blocks
 
 

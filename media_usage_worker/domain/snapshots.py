@@ -17,6 +17,7 @@ from media_usage_worker.domain.content_model import FieldDefinition
 from media_usage_worker.domain.errors import EntryTooLarge
 from media_usage_worker.domain.extraction import (
     ExtractionField,
+    MediaUrls,
     Occurrence,
     extract,
     extraction_fields,
@@ -107,12 +108,14 @@ def build_snapshots(
     display_fields: Sequence[str],
     revision: Revision | None,
     limits: Limits | None = None,
+    media_urls: MediaUrls | None = None,
 ) -> SnapshotSet:
     """Both variants of one entry from its live row and, if it has one, its draft revision.
 
     With ``limits``, an entry too large to index raises ``EntryTooLarge`` before its text is
     parsed (``max_entry_chars``) or as soon as it has too many occurrences; without, the whole
-    entry is extracted (the test oracle's from-scratch extraction).
+    entry is extracted (the test oracle's from-scratch extraction). ``media_urls`` resolves
+    media file URLs (without, none is a reference).
     """
     content_id = row["id"]
     if limits is not None:
@@ -138,7 +141,7 @@ def build_snapshots(
     }
     content_slug = _text(row.get("slug"))
     columns = _snapshot(
-        collection_id, fields, "columns", columns_data, max_occurrences,
+        collection_id, fields, "columns", columns_data, max_occurrences, media_urls,
         {**base, "content_slug": content_slug,
          "content_title": _title(display, content_slug, content_id),
          "revision_id": _text(row.get("live_revision_id"))},
@@ -155,7 +158,7 @@ def build_snapshots(
         name: data[name] if name in data else display.get(name) for name in display_fields
     }
     draft = _snapshot(
-        collection_id, fields, "draft_overlay", overlay, max_occurrences,
+        collection_id, fields, "draft_overlay", overlay, max_occurrences, media_urls,
         {**base, "content_slug": draft_slug,
          "content_title": _title(draft_display, draft_slug, content_id),
          "revision_id": draft_id},
@@ -209,11 +212,12 @@ def _snapshot(
     variant: str,
     data: Mapping[str, Any],
     max_occurrences: int | None,
+    media_urls: MediaUrls | None,
     source: dict[str, Any],
 ) -> Snapshot:
     key = source_key(collection_id, source["content_id"], variant)
     source = {**source, "source_key": key, "source_variant": variant}
-    occurrences = extract(fields, data, max_occurrences)
+    occurrences = extract(fields, data, max_occurrences, media_urls)
     print_, length = fingerprint.projection(
         collection_id, fields, _fingerprint_source(source), occurrences
     )

@@ -23,6 +23,7 @@ from media_usage_worker.domain.work import Item, Lease, WorkRecord
 from media_usage_worker.pipeline.lease_keeper import keeper
 from media_usage_worker.pipeline.refresh import (
     columns_to_read,
+    media_urls,
     plan_refresh,
     refresh_entry,
     refresh_error,
@@ -138,7 +139,7 @@ class BatchRun:
             return [self._settle(repo, r, policy.work_error_code(code)) for r in records]
         if not state.present:
             return [self._obsolete(repo, r) for r in records]
-        writes, failed = self._plan_all(state, records)
+        writes, failed = self._plan_all(conn, state, records)
         if self.before_write is not None:
             self.before_write()
         token = first.lease_token
@@ -157,15 +158,17 @@ class BatchRun:
         return results
 
     def _plan_all(
-        self, state: CollectionState, records: list[WorkRecord]
+        self, conn: Connection, state: CollectionState, records: list[WorkRecord]
     ) -> tuple[list[tuple[str, int, EntryWrite]], dict[str, RefreshCode]]:
         """Each entry's write, or the code of why it has none."""
         writes: list[tuple[str, int, EntryWrite]] = []
         failed: dict[str, RefreshCode] = {}
+        urls = media_urls(conn, state)
         for record in records:
             entry_state = state.entries[record.content_id]
             try:
-                plan = plan_refresh(entry_state, state.fields, self.limits, _lease(record))
+                lease = _lease(record)
+                plan = plan_refresh(entry_state, state.fields, self.limits, lease, urls=urls)
             except Exception as exc:
                 if isinstance(exc, self.interrupts):
                     raise

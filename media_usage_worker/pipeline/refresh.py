@@ -9,13 +9,14 @@ batch path (``pipeline.batch``) for leased work items, each with one read and on
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Mapping
 from typing import Any
 
 from media_usage_worker.domain.content_model import FieldDefinition
 from media_usage_worker.domain.errors import EntryTooLarge, FieldDiscoveryError
-from media_usage_worker.domain.extraction import extraction_fields
+from media_usage_worker.domain.extraction import MediaUrls, extraction_fields
 from media_usage_worker.domain.policy import Limits
 from media_usage_worker.domain.snapshots import (
     DISPLAY_FIELDS,
@@ -27,7 +28,7 @@ from media_usage_worker.domain.vocabulary import RefreshCode
 from media_usage_worker.domain.work import Lease
 from repository import projection
 from repository.db import Bind
-from repository.projection import EntryState
+from repository.projection import CollectionState, EntryState
 from repository.source_writes import EntryWrite, write_entries, write_entry
 
 # A refresh that loses a race to a concurrent writer reads again once before giving up.
@@ -43,6 +44,13 @@ def columns_to_read(fields: list[FieldDefinition]) -> list[str]:
 
 def _display_fields(fields: list[FieldDefinition]) -> list[str]:
     return [name for name in DISPLAY_FIELDS if any(f.slug == name for f in fields)]
+
+
+def media_urls(bind: Bind, state: CollectionState) -> MediaUrls:
+    """How this read's refreshes resolve media file URLs: the prefixes read with the fields,
+    and each storage key looked up once."""
+    lookup = functools.cache(functools.partial(projection.media_id_by_storage_key, bind))
+    return MediaUrls(state.media_url_prefixes, lookup)
 
 
 def refresh_entry(
@@ -67,7 +75,10 @@ def refresh_entry(
             )  # fmt: skip
             if not state.present:
                 return RefreshCode.GENERATION_CONFLICT
-            plan = plan_refresh(state.entries[entry.content_id], state.fields, limits, lease)
+            plan = plan_refresh(
+                state.entries[entry.content_id], state.fields, limits, lease,
+                urls=media_urls(bind, state),
+            )  # fmt: skip
             if not isinstance(plan, EntryWrite):
                 return plan
             if write_entry(bind, plan):
@@ -97,10 +108,11 @@ def refresh_entries(
         return dict.fromkeys(content_ids, RefreshCode.GENERATION_CONFLICT)
     codes: dict[str, RefreshCode | None] = {}
     planned: dict[str, EntryWrite] = {}
+    urls = media_urls(bind, state)
     for content_id in content_ids:
         entry_state = state.entries[content_id]
         try:
-            plan = plan_refresh(entry_state, state.fields, limits, None)
+            plan = plan_refresh(entry_state, state.fields, limits, None, urls=urls)
         except Exception as exc:
             plan = refresh_error(entry_state.entry, exc)
         if isinstance(plan, EntryWrite):
@@ -134,7 +146,12 @@ def refresh_error(entry: ContentEntry, exc: Exception) -> RefreshCode:
 
 
 def plan_refresh(
-    state: EntryState, fields: list[FieldDefinition], limits: Limits, lease: Lease | None
+    state: EntryState,
+    fields: list[FieldDefinition],
+    limits: Limits,
+    lease: Lease | None,
+    *,
+    urls: MediaUrls,
 ) -> EntryWrite | RefreshCode:
     """What to write for one entry, or why nothing can be. May raise ``EntryTooLarge`` or
     ``FieldDiscoveryError`` (see ``refresh_error``)."""
@@ -151,6 +168,7 @@ def plan_refresh(
         display_fields=_display_fields(fields),
         revision=state.revision,
         limits=limits,
+        media_urls=urls,
     )
     if snapshots.draft_error is not None:
         return snapshots.draft_error

@@ -16,6 +16,7 @@ from media_usage_worker.domain.work import Item, checked_items
 from media_usage_worker.pipeline.batch import BatchRun
 from media_usage_worker.pipeline.refresh import (
     columns_to_read,
+    media_urls,
     plan_refresh,
     refresh_entries,
     refresh_entry,
@@ -237,8 +238,9 @@ def _planned_writes(db: sa.Engine, collection_id: str, ids: list[str]) -> list[E
     """Claim ``ids`` as one batch and plan each entry's write under its lease."""
     claimed = MediaUsageWorkRepository(db).claim_batch(collection_id, [(i, 1) for i in ids], 60)
     state = projection.read_entries(db, collection_id, "posts", ids, columns_to_read)
+    urls = media_urls(db, state)
     plans = [
-        plan_refresh(state.entries[r.content_id], state.fields, Limits(), r.lease)
+        plan_refresh(state.entries[r.content_id], state.fields, Limits(), r.lease, urls=urls)
         for r in sorted(claimed, key=lambda r: r.content_id)
     ]
     assert all(isinstance(plan, EntryWrite) for plan in plans)

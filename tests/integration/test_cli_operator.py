@@ -66,7 +66,7 @@ def test_status_json_shape(seeded) -> None:
         "rules",
     }
     # Never reconciled: indexed under no known rules yet.
-    assert posts["rules"] == {"indexed_under": None, "running": "extraction-2.rules-0"}
+    assert posts["rules"] == {"indexed_under": None, "running": "extraction-3.rules-0"}
 
 
 def test_work_list_pages_and_json(seeded) -> None:

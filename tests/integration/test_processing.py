@@ -178,11 +178,12 @@ def test_an_older_read_finishing_last_cannot_overwrite_the_newer_result(
     db, posts_with_media
 ) -> None:
     sql(db, "INSERT INTO ec_posts (id, hero) VALUES ('e1', 'm1')")
-    from media_usage_worker.pipeline.refresh import columns_to_read, plan_refresh
+    from media_usage_worker.pipeline.refresh import columns_to_read, media_urls, plan_refresh
 
     def read_snapshot():
         state = projection.read_entries(db, posts_with_media.id, "posts", ["e1"], columns_to_read)
-        return plan_refresh(state.entries["e1"], state.fields, Limits(), None)
+        urls = media_urls(db, state)
+        return plan_refresh(state.entries["e1"], state.fields, Limits(), None, urls=urls)
 
     old_write = read_snapshot()  # processor A reads version 1 (m1)
     sql(db, "UPDATE ec_posts SET hero = 'm2', version = version + 1 WHERE id = 'e1'")
