@@ -172,3 +172,18 @@ def examples(quick: int, thorough: int) -> int:
     """How many examples a property test runs: ``thorough`` in CI (``.ci/run`` sets
     ``MEDIA_USAGE_TEST_THOROUGH``), ``quick`` in the tier a developer runs before each commit."""
     return thorough if os.environ.get("MEDIA_USAGE_TEST_THOROUGH") else quick
+
+
+def reconcile_until_complete(engine: sa.Engine, collection_id: str) -> list[str]:
+    """Reconcile ticks and drains (beat and workers, without Celery) until the collection's
+    run has completed and its coverage is ``complete``; every step's action, in order."""
+    from media_usage_worker.pipeline.reconciliation import Reconciler
+
+    reconciler = Reconciler(engine, defer_seconds=0)
+    actions: list[str] = []
+    for _ in range(100):
+        actions += [report.action for report in reconciler.tick()]
+        drain(engine)
+        if status_row(engine, collection_id)["status"] == "complete" and "completed" in actions:
+            return actions
+    raise AssertionError(f"did not converge: {actions[-10:]}")

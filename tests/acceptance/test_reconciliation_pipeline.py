@@ -102,3 +102,52 @@ def test_a_collection_indexed_under_older_rules_is_reindexed_by_worker_and_beat(
     assert "'rules_changed': 1" in processes.logs()  # the reconcile tick's summary said why
     assert usage_count(db, "g0")[0].scopes[0].rules == f"extraction-{EXTRACTION_VERSION}.rules-0"
     assert actual_index(db) == expected_index(db)
+
+
+def test_a_rule_added_through_the_cli_is_indexed_by_worker_and_beat(
+    db, processes, migrated_url
+) -> None:
+    """A complete collection whose custom block keeps media as file URLs: an operator declares
+    the path with the CLI while the real worker and beat run; coverage leaves ``complete`` and
+    comes back with the block's media indexed, with no other step."""
+    import subprocess
+    import sys
+
+    from media_usage_worker.domain.rules import EXTRACTION_VERSION
+    from repository.schema import media
+    from repository.usage import usage_count
+
+    posts = CollectionRegistry(db).create_collection(
+        "posts", "Posts", [FieldDefinition("body", "Body", "portableText")]
+    )
+    activate(db)
+    with db.begin() as conn:
+        conn.execute(media.insert().values(
+            id="m-photo", filename="photo.jpg", mime_type="image/jpeg", storage_key="photo.jpg"
+        ))  # fmt: skip
+        items = [{"imageUrl": "/_emdash/api/media/file/photo.jpg"}]
+        conn.execute(
+            sa.text("INSERT INTO ec_posts (id, status, body) VALUES (:id, 'published', :body)"),
+            [{"id": f"e{i}", "body": json.dumps([{"_type": "promo", "items": items}])}
+             for i in range(20)],
+        )  # fmt: skip
+    processes.env["MEDIA_USAGE_RECONCILE_SECONDS"] = "1"
+    processes.env["MEDIA_USAGE_RECONCILE_DEFER_SECONDS"] = "1"
+    processes.worker(concurrency=2)
+    processes.beat()
+    wait_for(lambda: usage_count(db, "m-photo")[0].status == "complete", timeout=120, interval=0.5)
+    assert usage_count(db, "m-photo")[1] == 0  # "used nowhere" until the block is declared
+
+    added = subprocess.run(
+        [sys.executable, "-m", "media_usage_worker", "rules", "add", "posts",
+         "body[_type=promo].items[].imageUrl", "--database-url", migrated_url],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert added.returncode == 0, added.stderr
+    assert usage_count(db, "m-photo")[1] is None  # stale from the rule's own transaction
+    wait_for(lambda: usage_count(db, "m-photo")[1] == 20, timeout=120, interval=0.5)
+    status = status_row(db, posts.id)
+    assert (status["status"], status["reconciliation_required"]) == ("complete", 0)
+    coverage = usage_count(db, "m-photo")[0]
+    assert coverage.scopes[0].rules == f"extraction-{EXTRACTION_VERSION}.rules-1"
+    assert actual_index(db) == expected_index(db)

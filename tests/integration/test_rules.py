@@ -11,13 +11,18 @@ from click.testing import CliRunner
 from media_usage_worker.cli import main
 from media_usage_worker.domain.content_model import FieldDefinition
 from media_usage_worker.domain.rules import EXTRACTION_VERSION
-from media_usage_worker.pipeline.reconciliation import Reconciler
 from repository.coverage import restore_settled_coverage
 from repository.rules import mark_rules_changed
 from repository.status import overview
 from repository.usage import usage_count, usage_page
 from tests.index_oracle import actual_index, expected_index
-from tests.support import active_collection, drain, mark_coverage_complete, status_row
+from tests.support import (
+    active_collection,
+    drain,
+    mark_coverage_complete,
+    reconcile_until_complete,
+    status_row,
+)
 
 FIELDS = [FieldDefinition("hero", "Hero", "image"), FieldDefinition("body", "Body", "portableText")]
 GALLERY = [{"_type": "gallery", "images": [{"asset": {"_ref": "g1"}}, {"asset": {"_ref": "g2"}}]}]
@@ -37,17 +42,6 @@ def indexed_by_older_rules(engine: sa.Engine) -> None:
     # Its projection fingerprint was computed without them too.
     sql(engine, "UPDATE _emdash_media_usage_sources SET source_fingerprint = 'v1'")
     sql(engine, "UPDATE _media_usage_worker_rules_state SET indexed_extraction_version = 1")
-
-
-def converge(engine: sa.Engine, collection_id: str) -> list[str]:
-    reconciler = Reconciler(engine, defer_seconds=0)
-    actions: list[str] = []
-    for _ in range(100):
-        actions += [report.action for report in reconciler.tick()]
-        drain(engine)
-        if status_row(engine, collection_id)["status"] == "complete" and "completed" in actions:
-            return actions
-    raise AssertionError(f"did not converge: {actions[-10:]}")
 
 
 def test_an_index_of_older_rules_is_stale_then_reindexed(db, migrated_url) -> None:
@@ -72,7 +66,7 @@ def test_an_index_of_older_rules_is_stale_then_reindexed(db, migrated_url) -> No
     assert "posts: coverage stale (extraction rules changed)" in shown.output
 
     # The reconcile tick marks it (one guarded statement) and re-indexes it.
-    actions = converge(db, posts.id)
+    actions = reconcile_until_complete(db, posts.id)
     assert actions[0] == "rules_changed"
     status = status_row(db, posts.id)
     assert (status["status"], status["reconciliation_required"]) == ("complete", 0)
