@@ -7,6 +7,7 @@ anything that is not a well-formed reference is simply not an occurrence.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -119,11 +120,15 @@ def extraction_fields(fields: Iterable[FieldDefinition]) -> list[ExtractionField
     """The fields extraction looks at, sorted by slug."""
     result = []
     for definition in fields:
-        declared = tuple(parse_reference_path(p) for p in sorted(definition.reference_paths))
+        declared = tuple(_declared_path(p) for p in sorted(definition.reference_paths))
         subs = _image_sub_fields(definition) if definition.type == "repeater" else ()
         if definition.type in ("image", "file", "portableText") or subs or declared:
             result.append(ExtractionField(definition.slug, definition.type, subs, declared))
     return sorted(result, key=lambda f: f.slug)
+
+
+# Every refresh lists its fields' declared paths; each distinct path is parsed once.
+_declared_path = functools.lru_cache(maxsize=1024)(parse_reference_path)
 
 
 def _image_sub_fields(definition: FieldDefinition) -> tuple[str, ...]:
