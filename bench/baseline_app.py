@@ -11,7 +11,7 @@ from celery import Celery
 from media_usage_worker.domain.policy import Limits
 from media_usage_worker.domain.snapshots import ContentEntry
 from media_usage_worker.pipeline.refresh import refresh_entry
-from tasks.engines import get_engine
+from media_usage_worker.tasks.engines import get_engine
 
 QUEUE = "bench_baseline"
 app = Celery("bench_baseline", broker=os.environ.get("MEDIA_USAGE_BROKER_URL"))

@@ -17,10 +17,10 @@ import sqlalchemy as sa
 
 from media_usage_worker.domain.sample_content import COLLECTIONS, sample_entries
 from media_usage_worker.pipeline.repair import repair_collection
-from repository.activation import activate
-from repository.db import create_engine
-from repository.migrate import upgrade
-from repository.sample_content import create_sample_collections, write_entries
+from media_usage_worker.repository.activation import activate
+from media_usage_worker.repository.db import create_engine
+from media_usage_worker.repository.migrate import upgrade
+from media_usage_worker.repository.sample_content import create_sample_collections, write_entries
 from tests.servers import PostgresServer, RedisServer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -146,7 +146,7 @@ def busy_core_seconds() -> float:
 
 def use_in_process(url: str, broker_url: str) -> None:
     """Point this process's tasks (tick, fast path) at ``url`` and the bench's Redis."""
-    from tasks import app, ledger
+    from media_usage_worker.tasks import app, ledger
 
     os.environ["MEDIA_USAGE_DATABASE_URL"] = url
     os.environ["MEDIA_USAGE_BROKER_URL"] = broker_url

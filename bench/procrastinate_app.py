@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from media_usage_worker.domain.policy import Limits
 from media_usage_worker.domain.snapshots import ContentEntry
 from media_usage_worker.pipeline.refresh import refresh_entry
-from tasks.engines import get_engine
+from media_usage_worker.tasks.engines import get_engine
 
 QUEUE = "bench_procrastinate"
 TASK = "bench.refresh"

@@ -10,8 +10,8 @@ import sqlalchemy as sa
 from bench.env import Bench, use_in_process
 from bench.stats import Figure, ratios
 from media_usage_worker.domain.vocabulary import DUE_STATES
-from repository.db import create_engine
-from repository.work_processing import due_query
+from media_usage_worker.repository.db import create_engine
+from media_usage_worker.repository.work_processing import due_query
 
 # 1 % pending and due; the rest waits: retries due in an hour, live leases, failed rows.
 FILL = """
@@ -39,7 +39,7 @@ def _prepare(bench: Bench, rows: int) -> str:
 
 
 def _one_tick(bench: Bench, url: str) -> float:
-    from tasks.work import tick
+    from media_usage_worker.tasks.work import tick
 
     bench.flush_redis()  # empty queue and ledger: every tick dispatches the same amount
     use_in_process(url, bench.redis.url)

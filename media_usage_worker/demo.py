@@ -21,11 +21,11 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from media_usage_worker.domain.sample_content import sample_entries
-from repository.activation import activate
-from repository.db import create_engine
-from repository.migrate import upgrade
-from repository.sample_content import create_sample_collections, write_entries
-from repository.status import CollectionStatus, index_totals, overview
+from media_usage_worker.repository.activation import activate
+from media_usage_worker.repository.db import create_engine
+from media_usage_worker.repository.migrate import upgrade
+from media_usage_worker.repository.sample_content import create_sample_collections, write_entries
+from media_usage_worker.repository.status import CollectionStatus, index_totals, overview
 
 BATCH = 500
 POLL_SECONDS = 0.5
@@ -114,7 +114,7 @@ def _celery(directory: Path, env: dict[str, str], workers: int) -> Iterator[None
 def _start(log: Path, args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
     with log.open("ab") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "tasks", *args],
+            [sys.executable, "-m", "celery", "-A", "media_usage_worker.tasks", *args],
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,

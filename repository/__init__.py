@@ -1,4 +1,6 @@
-"""Everything that speaks SQL: engines, schema, migrations, repositories and triggers.
+"""The fixed import names of the data layer (SPEC §3), kept for scripts and deployments.
 
-This package never imports Celery.
+The code lives in ``media_usage_worker.repository``; this package only re-exports the names
+the design fixes. Nothing inside ``media_usage_worker`` imports it, so a host project with a
+``repository.py`` of its own loses nothing when its module takes this name first.
 """

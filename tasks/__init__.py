@@ -1,10 +1,11 @@
-"""Everything Celery: the app, the beat tick, the per-item task and dispatch.
+"""The fixed name of the Celery app (SPEC §3): ``celery -A tasks ...`` and ``tasks.app:app``.
 
-``celery -A tasks ...`` finds ``tasks.app`` (the Celery instance) through this package.
-Importing the package registers every task. This package never writes SQL text.
+The tasks live in ``media_usage_worker.tasks``; importing this package registers every one of
+them on ``app``. Nothing inside ``media_usage_worker`` imports this package, so a host project
+with a ``tasks.py`` of its own can still bind this project's tasks onto its app
+(``media_usage_worker.tasks.binding.bind``).
 """
 
-from tasks import reconcile, work  # noqa: F401  (registers the tasks on app)
 from tasks.app import app
 
 __all__ = ["app"]

@@ -32,18 +32,20 @@ def work_rows(engine: sa.Engine) -> int:
 
 
 class Processes:
-    """``celery -A tasks worker|beat`` subprocesses, killed at teardown."""
+    """``celery -A tasks worker|beat`` subprocesses, killed at teardown; started in ``cwd``
+    (this repository, or a host project's directory holding its own ``tasks.py``)."""
 
-    def __init__(self, env: dict[str, str], tmp: Path) -> None:
+    def __init__(self, env: dict[str, str], tmp: Path, cwd: Path = ROOT) -> None:
         self.env = {**os.environ, **env, "PYTHONUNBUFFERED": "1"}
         self.tmp = tmp
+        self.cwd = cwd
         self.running: list[subprocess.Popen] = []
 
     def _start(self, name: str, args: list[str], prefix: Sequence[str] = ()) -> subprocess.Popen:
         log = open(self.tmp / f"{name}-{len(self.running)}.log", "wb")  # noqa: SIM115
         proc = subprocess.Popen(
             [*prefix, sys.executable, "-m", "celery", "-A", "tasks", *args],
-            cwd=ROOT,
+            cwd=self.cwd,
             env=self.env,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -52,14 +54,16 @@ class Processes:
         self.running.append(proc)
         return proc
 
-    def worker(self, concurrency: int = 2, prefix: Sequence[str] = ()) -> subprocess.Popen:
+    def worker(
+        self, concurrency: int = 2, prefix: Sequence[str] = (), queues: str = "media_usage"
+    ) -> subprocess.Popen:
         """A worker; ``prefix`` runs it through a wrapper command (for example ``setpriv``)."""
         return self._start(
             "worker",
             [
                 "worker",
                 "-Q",
-                "media_usage",
+                queues,
                 "-c",
                 str(concurrency),
                 "-l",

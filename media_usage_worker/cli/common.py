@@ -70,8 +70,8 @@ def open_engine(
     a database without this code's schema is refused with the command that fixes it, before
     any statement could fail on a missing table.
     """
-    from repository.db import create_engine, parse_database_url
-    from repository.migrate import schema_problem
+    from media_usage_worker.repository.db import create_engine, parse_database_url
+    from media_usage_worker.repository.migrate import schema_problem
 
     url = parse_database_url(database_url)
     if url.get_backend_name() == "sqlite" and not create:

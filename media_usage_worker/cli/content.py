@@ -76,7 +76,7 @@ def collections_create(
 ) -> None:
     """Create a collection, its ec_<slug> table and its status row."""
     from media_usage_worker.domain.content_model import validate_collection_slug, validate_fields
-    from repository.collections import CollectionRegistry
+    from media_usage_worker.repository.collections import CollectionRegistry
 
     validate_collection_slug(slug)
     definitions = [_parse_field(spec) for spec in field_specs]
@@ -96,7 +96,7 @@ def collections_create(
 @handle_errors
 def collections_list(as_json: bool, database_url: str) -> None:
     """List collections."""
-    from repository.collections import CollectionRegistry
+    from media_usage_worker.repository.collections import CollectionRegistry
 
     with open_engine(database_url) as engine:
         registry = CollectionRegistry(engine)

@@ -17,7 +17,7 @@ def db() -> None:
 @handle_errors
 def db_upgrade(database_url: str) -> None:
     """Apply every migration (idempotent)."""
-    from repository.migrate import current_revision, upgrade
+    from media_usage_worker.repository.migrate import current_revision, upgrade
 
     with open_engine(database_url, create=True, migrated=False) as engine:
         upgrade(engine)
@@ -30,7 +30,7 @@ def db_upgrade(database_url: str) -> None:
 @handle_errors
 def db_downgrade(database_url: str, revision: str) -> None:
     """Revert migrations; refused while media usage state exists."""
-    from repository.migrate import check_revision, current_revision, downgrade
+    from media_usage_worker.repository.migrate import check_revision, current_revision, downgrade
 
     check_revision(revision)
     with open_engine(database_url, migrated=False) as engine:
@@ -47,7 +47,7 @@ def activate_command(database_url: str) -> None:
     Content written before activation is picked up by reconciliation. Running it again
     re-verifies every collection's triggers and changes nothing else.
     """
-    from repository.activation import activate
+    from media_usage_worker.repository.activation import activate
 
     with open_engine(database_url) as engine:
         slugs = activate(engine)
@@ -68,7 +68,7 @@ def deactivate_command(database_url: str) -> None:
     stays; `activate` turns capture on again and reconciles everything. Needed before
     `db downgrade` (docs/operations.md, "Deactivating and uninstalling").
     """
-    from repository.activation import deactivate
+    from media_usage_worker.repository.activation import deactivate
 
     with open_engine(database_url) as engine:
         slugs = deactivate(engine)

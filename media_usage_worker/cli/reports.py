@@ -39,10 +39,11 @@ def status_command(as_json: bool, check: bool, max_age: int, database_url: str) 
     """Coverage, epoch, work counts, oldest due item and latest failures per collection."""
     from dataclasses import asdict
 
-    from repository.status import overview
+    from media_usage_worker.api import MediaUsage
 
     with open_engine(database_url) as engine:
-        capture, aggregate, details = overview(engine)
+        overview = MediaUsage(engine).status()
+    capture, aggregate, details = overview.capture, overview.coverage, overview.collections
     if as_json:
         click.echo(
             json.dumps(
@@ -132,14 +133,16 @@ def usage_command(
     """Where a media item is used, with the coverage that says whether "nowhere" is known."""
     from dataclasses import asdict
 
+    from media_usage_worker.api import MediaUsage
     from media_usage_worker.domain.cursor import SLUG_ORDER, decode_cursor
-    from repository.usage import usage_count, usage_page
 
     checked_id(media_id, "MEDIA_ID")
     decode_cursor(cursor, SLUG_ORDER)
     with open_engine(database_url) as engine:
-        page = usage_page(engine, media_id, limit=limit, cursor=cursor)
-        coverage, count = usage_count(engine, media_id)
+        index = MediaUsage(engine)
+        page = index.usage(media_id, limit=limit, cursor=cursor)
+        counted = index.usage_counts([media_id])
+    coverage, count = counted.coverage, counted.counts[media_id]
     if as_json:
         click.echo(
             json.dumps(

@@ -84,7 +84,7 @@ def work_list(
 
     from media_usage_worker.domain.content_model import validate_collection_slug
     from media_usage_worker.domain.cursor import decode_cursor
-    from repository.work import MediaUsageWorkRepository
+    from media_usage_worker.repository.work import MediaUsageWorkRepository
 
     validate_collection_slug(slug)
     decode_cursor(cursor)  # reject a bad cursor before connecting
@@ -139,8 +139,8 @@ def work_retry(
     from dataclasses import asdict
 
     from media_usage_worker.domain.content_model import validate_collection_slug
-    from repository.collections import CollectionRegistry
-    from repository.work import MediaUsageWorkRepository
+    from media_usage_worker.repository.collections import CollectionRegistry
+    from media_usage_worker.repository.work import MediaUsageWorkRepository
 
     if (slug is None) == (collection_id is None):
         raise click.UsageError("Give exactly one of --collection SLUG and --collection-id ID.")

@@ -39,6 +39,15 @@ class InvalidCursor(InvalidArgument):
     """The cursor is malformed or was not issued by this service."""
 
 
+class InvalidSetting(InvalidArgument):
+    """A MEDIA_USAGE_* setting has a value that is not allowed."""
+
+
+class BindingConflict(MediaUsageError):
+    """The host app already has a different task or beat entry under one of this project's
+    names; nothing was bound."""
+
+
 class InvalidRule(InvalidArgument):
     """The extraction rule is malformed; nothing was stored."""
 

@@ -8,7 +8,7 @@ import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from media_usage_worker.domain.errors import InvalidArgument
+from media_usage_worker.domain.errors import InvalidSetting
 from media_usage_worker.domain.vocabulary import ErrorCode, RefreshCode
 
 LEASE_SECONDS = 60
@@ -77,7 +77,7 @@ def positive_setting(env: Mapping[str, str], name: str, default: int) -> int:
     try:
         value = int(raw)
     except ValueError:
-        raise InvalidArgument(f"{name} must be a positive whole number, not {raw!r}.") from None
+        raise InvalidSetting(f"{name} must be a positive whole number, not {raw!r}.") from None
     if value < 1:
-        raise InvalidArgument(f"{name} must be a positive whole number, not {raw!r}.")
+        raise InvalidSetting(f"{name} must be a positive whole number, not {raw!r}.")
     return value

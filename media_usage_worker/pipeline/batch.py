@@ -28,12 +28,12 @@ from media_usage_worker.pipeline.refresh import (
     refresh_entry,
     refresh_error,
 )
-from repository import coverage, projection
-from repository.collections import is_registered
-from repository.projection import CollectionState
-from repository.source_writes import EntryWrite
-from repository.work import MediaUsageWorkRepository
-from repository.work_processing import write_and_complete
+from media_usage_worker.repository import coverage, projection
+from media_usage_worker.repository.collections import is_registered
+from media_usage_worker.repository.projection import CollectionState
+from media_usage_worker.repository.source_writes import EntryWrite
+from media_usage_worker.repository.work import MediaUsageWorkRepository
+from media_usage_worker.repository.work_processing import write_and_complete
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection, Engine

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from media_usage_worker.domain.validation import split_usable
 from media_usage_worker.domain.vocabulary import DUE_STATES, ErrorCode, Outcome
 from media_usage_worker.domain.work import WorkRecord
-from repository import coverage
-from repository.work import MediaUsageWorkRepository
+from media_usage_worker.repository import coverage
+from media_usage_worker.repository.work import MediaUsageWorkRepository
 
 DUE_PAGE = 100
 

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from media_usage_worker.domain.work import WorkRecord
-from repository.work import MediaUsageWorkRepository
+from media_usage_worker.repository.work import MediaUsageWorkRepository
 
 log = logging.getLogger(__name__)
 # With nothing to renew the thread still wakes this often, so a new hold whose first renewal is

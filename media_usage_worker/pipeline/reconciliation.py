@@ -21,10 +21,10 @@ from media_usage_worker.domain import policy
 from media_usage_worker.domain.snapshots import field_fingerprint
 from media_usage_worker.domain.validation import split_usable
 from media_usage_worker.domain.vocabulary import ErrorCode, ReconciliationPhase, WorkState
-from repository import reconciliations as store
-from repository.reconciliations import Coordinator
-from repository.rules import mark_rules_changed
-from repository.work import MediaUsageWorkRepository
+from media_usage_worker.repository import reconciliations as store
+from media_usage_worker.repository.reconciliations import Coordinator
+from media_usage_worker.repository.rules import mark_rules_changed
+from media_usage_worker.repository.work import MediaUsageWorkRepository
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine

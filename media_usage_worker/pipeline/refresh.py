@@ -26,10 +26,10 @@ from media_usage_worker.domain.snapshots import (
 )
 from media_usage_worker.domain.vocabulary import RefreshCode
 from media_usage_worker.domain.work import Lease
-from repository import projection
-from repository.db import Bind
-from repository.projection import CollectionState, EntryState
-from repository.source_writes import EntryWrite, write_entries, write_entry
+from media_usage_worker.repository import projection
+from media_usage_worker.repository.db import Bind
+from media_usage_worker.repository.projection import CollectionState, EntryState
+from media_usage_worker.repository.source_writes import EntryWrite, write_entries, write_entry
 
 # A refresh that loses a race to a concurrent writer reads again once before giving up.
 REFRESH_ATTEMPTS = 2

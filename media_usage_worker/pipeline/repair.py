@@ -20,10 +20,10 @@ from media_usage_worker.domain.policy import Limits
 from media_usage_worker.domain.validation import split_usable
 from media_usage_worker.domain.vocabulary import CoverageStatus, ErrorCode, RefreshCode
 from media_usage_worker.pipeline.refresh import refresh_entries
-from repository import repairs
-from repository.collections import CollectionRegistry
-from repository.ids import new_ulid
-from repository.work import MediaUsageWorkRepository
+from media_usage_worker.repository import repairs
+from media_usage_worker.repository.collections import CollectionRegistry
+from media_usage_worker.repository.ids import new_ulid
+from media_usage_worker.repository.work import MediaUsageWorkRepository
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine

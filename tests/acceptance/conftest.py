@@ -40,10 +40,10 @@ def celery_app(task_env: dict[str, str]):
     """celery.contrib.pytest's worker fixture, pointed at the project's own app."""
     import celery.contrib.testing.tasks  # noqa: F401  (the ping task start_worker uses)
 
-    from tasks import app
+    from media_usage_worker.tasks import app
 
     app.conf.broker_url = task_env["MEDIA_USAGE_BROKER_URL"]
-    from tasks import ledger
+    from media_usage_worker.tasks import ledger
 
     ledger.forget_all()
     yield app

@@ -12,7 +12,7 @@ import redis
 import sqlalchemy as sa
 from celery.signals import task_success
 
-from repository.work import MediaUsageWorkRepository
+from media_usage_worker.repository.work import MediaUsageWorkRepository
 from tests.index_oracle import (
     actual_index,
     actual_source_keys,
@@ -95,7 +95,7 @@ def outcomes():
 def test_in_process_worker_indexes_entries_written_by_plain_sql(
     db, sample_posts, celery_worker, outcomes
 ) -> None:
-    from tasks.work import tick
+    from media_usage_worker.tasks.work import tick
 
     write_entries(db, 200)
 
@@ -113,7 +113,7 @@ def test_in_process_worker_indexes_entries_written_by_plain_sql(
 def test_a_forged_batch_is_dropped_whole_and_a_real_one_is_indexed(
     db, sample_posts, celery_worker, outcomes, caplog
 ) -> None:
-    from tasks.work import process_batch
+    from media_usage_worker.tasks.work import process_batch
 
     write_entries(db, 30)
     real = [[sample_posts.id, f"e{i:04d}", 1] for i in range(30)]
@@ -132,7 +132,7 @@ def test_a_host_app_sends_after_write_by_name_without_importing_the_project(
     (no tick runs here) and indexes it. A malformed one is dropped by the message guard."""
     from celery import Celery
 
-    from tasks.consumer import dropped
+    from media_usage_worker.tasks.consumer import dropped
 
     host = Celery("host", broker=task_env["MEDIA_USAGE_BROKER_URL"], set_as_current=False)
     write_entries(db, 3)
@@ -151,7 +151,7 @@ def test_a_host_app_sends_after_write_by_name_without_importing_the_project(
 def test_every_item_sent_five_times_is_processed_once(
     db, sample_posts, celery_worker, outcomes
 ) -> None:
-    from tasks.work import process_work
+    from media_usage_worker.tasks.work import process_work
 
     write_entries(db, 40)
     due = MediaUsageWorkRepository(db).find_due_work(100)
@@ -193,8 +193,8 @@ def test_forged_messages_change_nothing_and_the_worker_keeps_going(
 ) -> None:
     import logging
 
-    from tasks.consumer import dropped
-    from tasks.work import process_work
+    from media_usage_worker.tasks.consumer import dropped
+    from media_usage_worker.tasks.work import process_work
 
     # The worker rewires the root logger; listen on the consumer's logger itself.
     message_log = logging.getLogger("media_usage.messages")
@@ -275,7 +275,7 @@ def test_the_tick_restores_coverage_a_worker_killed_after_completing_left_stale(
 ) -> None:
     """The note follows the completion's commit; a kill between the two is simulated by
     completing through the repository and sending no note. The next tick restores."""
-    from tasks.work import tick
+    from media_usage_worker.tasks.work import tick
 
     mark_coverage_complete(db)
     write_entries(db, 1)
@@ -293,8 +293,8 @@ def test_worker_and_beat_started_before_the_schema_wait_with_one_line_then_work(
 ) -> None:
     """Started before ``db upgrade``: one line saying what to do, no traceback per tick, and
     the pipeline works as soon as the schema is there (no restart)."""
-    from repository.db import create_engine
-    from repository.migrate import upgrade
+    from media_usage_worker.repository.db import create_engine
+    from media_usage_worker.repository.migrate import upgrade
 
     fleet = Processes(
         {

@@ -9,8 +9,8 @@ import sys
 import tomllib
 from pathlib import Path
 
-from repository.db import create_engine
-from repository.usage import usage_page
+from media_usage_worker.repository.db import create_engine
+from media_usage_worker.repository.usage import usage_page
 from tests.index_oracle import actual_index, expected_index
 
 ROOT = Path(__file__).resolve().parents[2]

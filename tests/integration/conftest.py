@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 
-from repository.collections import Collection, CollectionRegistry
-from repository.work import MediaUsageWorkRepository
+from media_usage_worker.repository.collections import Collection, CollectionRegistry
+from media_usage_worker.repository.work import MediaUsageWorkRepository
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import sys
 import pytest
 import sqlalchemy as sa
 
-from tasks.dispatch import after_write
+from media_usage_worker.tasks.dispatch import after_write
 from tests.servers import free_port
 from tests.support import active_collection
 
@@ -19,7 +19,7 @@ def _after_write_in_a_host(database_url: str, broker_url: str) -> subprocess.Com
     """A host process of its own (its own app and broker settings), calling after_write."""
     script = (
         "import logging, sys; logging.basicConfig(level=logging.WARNING);"
-        "from tasks.dispatch import after_write;"
+        "from media_usage_worker.tasks.dispatch import after_write;"
         "print(repr(after_write('posts', 'e1')))"
     )
     env = {**os.environ, "MEDIA_USAGE_DATABASE_URL": database_url,

@@ -21,10 +21,10 @@ from media_usage_worker.pipeline.refresh import (
     refresh_entries,
     refresh_entry,
 )
-from repository import projection
-from repository.db import create_engine, transaction
-from repository.source_writes import EntryWrite, apply_writes, write_entries
-from repository.work import MediaUsageWorkRepository
+from media_usage_worker.repository import projection
+from media_usage_worker.repository.db import create_engine, transaction
+from media_usage_worker.repository.source_writes import EntryWrite, apply_writes, write_entries
+from media_usage_worker.repository.work import MediaUsageWorkRepository
 from tests.index_oracle import actual_index, actual_source_keys, expected_index
 from tests.support import PAST, active_collection, get_work, set_work, status_row
 

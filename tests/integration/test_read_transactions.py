@@ -15,10 +15,10 @@ from contextlib import contextmanager
 import pytest
 import sqlalchemy as sa
 
-from repository import status, usage
-from repository.collections import CollectionRegistry
-from repository.db import read_transaction
-from repository.work import MediaUsageWorkRepository
+from media_usage_worker.repository import status, usage
+from media_usage_worker.repository.collections import CollectionRegistry
+from media_usage_worker.repository.db import read_transaction
+from media_usage_worker.repository.work import MediaUsageWorkRepository
 from tests.support import active_collection, insert_work
 
 # Far below the 30 s busy timeout a reader would otherwise wait for.

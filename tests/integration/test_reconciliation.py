@@ -8,9 +8,9 @@ import pytest
 import sqlalchemy as sa
 
 from media_usage_worker.pipeline.reconciliation import Reconciler
-from repository import reconciliations
-from repository.activation import activate
-from repository.collections import CollectionRegistry
+from media_usage_worker.repository import reconciliations
+from media_usage_worker.repository.activation import activate
+from media_usage_worker.repository.collections import CollectionRegistry
 from tests.index_oracle import (
     actual_index,
     actual_source_keys,
@@ -127,7 +127,7 @@ def test_entries_deleted_before_reconciliation_lose_their_sources(db, registered
 
 
 def _trigger(db, registered_posts, suffix):
-    from repository.triggers import trigger_names
+    from media_usage_worker.repository.triggers import trigger_names
 
     return trigger_names(registered_posts.id, "posts")[suffix]
 

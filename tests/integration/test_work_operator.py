@@ -172,7 +172,7 @@ def test_retry_respects_a_live_lease(repo, posts, db) -> None:
 
 
 def test_retry_for_a_collection_without_active_capture(repo, db) -> None:
-    from repository.collections import CollectionRegistry
+    from media_usage_worker.repository.collections import CollectionRegistry
 
     pending = CollectionRegistry(db).create_collection("drafts", "Drafts")
     result = repo.retry_operator_work(collection_id=pending.id, content_id="e1")

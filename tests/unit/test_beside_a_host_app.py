@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.hosts import host_project
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -73,3 +75,85 @@ def test_the_app_loads_its_own_schedule_whatever_the_directory_holds(tmp_path: P
         MEDIA_USAGE_TICK_SECONDS="7",
     )
     assert interval == "7.0"
+
+
+def test_bind_gives_the_host_app_the_tasks_routes_and_beat_entries(tmp_path: Path) -> None:
+    code = """
+import json
+from tasks import app, BOUND, record
+from celery import current_app
+route = lambda name: app.amqp.router.route({}, name)["queue"].name
+print(json.dumps({
+    "current": current_app.main,
+    "bound": sorted(BOUND),
+    "registered": sorted(n for n in app.tasks if not n.startswith("celery.")),
+    "routes": {n: route(n) for n in ["media_usage.tick", "media_usage.process_work",
+                                     "host.record"]},
+    "beat": sorted(app.conf.beat_schedule),
+    "late_ack": app.tasks["media_usage.process_work"].acks_late,
+    "shared_task_app": record.app.main,
+}))
+"""
+    seen = json.loads(run_in(host_project(tmp_path), code))
+    ours = ["media_usage.after_write", "media_usage.process_batch", "media_usage.process_work",
+            "media_usage.reconcile_tick", "media_usage.tick"]  # fmt: skip
+    assert seen == {
+        "current": "host",
+        "bound": ours,
+        "registered": ["host.record", *ours],
+        "routes": {
+            "media_usage.tick": "media_usage",
+            "media_usage.process_work": "media_usage",
+            "host.record": "host",
+        },
+        "beat": ["host-record", "media-usage-reconcile", "media-usage-tick"],
+        "late_ack": True,
+        "shared_task_app": "host",
+    }
+
+
+def test_bind_twice_changes_nothing_and_a_clash_binds_nothing(tmp_path: Path) -> None:
+    code = """
+import json
+from celery import Celery
+from media_usage_worker.domain.errors import BindingConflict
+from media_usage_worker.tasks.binding import bind
+from tasks import app
+before = (sorted(app.tasks), app.conf.task_routes, sorted(app.conf.beat_schedule))
+bind(app)
+again = (sorted(app.tasks), app.conf.task_routes, sorted(app.conf.beat_schedule))
+other = Celery("other", broker="memory://", set_as_current=False)
+@other.task(name="media_usage.tick")
+def not_ours():
+    pass
+
+try:
+    bind(other)
+    clash = None
+except BindingConflict as exc:
+    clash = str(exc)
+print(json.dumps({
+    "same": before == again,
+    "clash": clash,
+    "other_got": sorted(n for n in other.tasks if n.startswith("media_usage.")),
+}))
+"""
+    seen = json.loads(run_in(host_project(tmp_path), code))
+    assert seen == {
+        "same": True,
+        "clash": "The host app already has a task named 'media_usage.tick'.",
+        "other_got": ["media_usage.tick"],
+    }
+
+
+def test_bind_refuses_a_bad_setting_before_binding_anything(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", "import tasks"],
+        cwd=host_project(tmp_path),
+        env={**os.environ, "PYTHONPATH": str(ROOT), "MEDIA_USAGE_BATCH_SIZE": "0"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1
+    assert "InvalidSetting: MEDIA_USAGE_BATCH_SIZE must be a positive whole number" in done.stderr

@@ -6,7 +6,13 @@ import os
 import time
 from pathlib import Path
 
-from tasks.ledger import FileLedger, NoLedger, dispatch_key, for_broker, forget_all
+from media_usage_worker.tasks.ledger import (
+    FileLedger,
+    NoLedger,
+    dispatch_key,
+    for_broker,
+    forget_all,
+)
 
 
 def test_a_key_is_taken_once_until_released(tmp_path: Path) -> None:

@@ -1,0 +1,121 @@
+"""The Python read API: where media is used, and whether "used nowhere" can be trusted.
+
+One small, typed surface for host code, scripts and this project's own CLI (``docs/api.md``)::
+
+    from media_usage_worker.api import MediaUsage
+
+    with MediaUsage.connect("postgresql+psycopg://...") as index:
+        if index.is_unused("01J...MEDIA") is True:
+            ...  # safe to delete: no entry uses it, and the index is complete
+
+Every answer is read in one transaction, so a count and the coverage it comes with agree. A
+count is ``None`` when coverage is not complete: the index cannot then say "nowhere". Ids,
+limits and cursors are validated before any statement runs (``InvalidArgument``, a
+``ValueError``). The names here are stable; the modules under them are not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+
+from media_usage_worker.domain import validation as check
+from media_usage_worker.domain.cursor import SLUG_ORDER, decode_cursor
+from media_usage_worker.domain.errors import InvalidArgument
+from media_usage_worker.repository import status as status_store
+from media_usage_worker.repository import usage as usage_store
+from media_usage_worker.repository.db import create_engine, read_transaction
+from media_usage_worker.repository.status import CollectionStatus
+from media_usage_worker.repository.usage import Coverage, ScopeCoverage, UsageEntry, UsagePage
+
+__all__ = [
+    "MAX_IDS",
+    "CollectionStatus",
+    "Coverage",
+    "MediaUsage",
+    "ScopeCoverage",
+    "StatusOverview",
+    "UsageCounts",
+    "UsageEntry",
+    "UsagePage",
+]
+
+# Ids one ``usage_counts`` call answers; larger sets are asked for in several calls.
+MAX_IDS = 1000
+
+
+@dataclass(frozen=True)
+class UsageCounts:
+    """Live entries using each media id; every count is ``None`` unless ``coverage.complete``."""
+
+    coverage: Coverage
+    counts: dict[str, int | None]
+
+
+@dataclass(frozen=True)
+class StatusOverview:
+    """Capture state, aggregate coverage, and each collection's coverage, work and failures."""
+
+    capture: str
+    coverage: str
+    collections: list[CollectionStatus]
+
+
+class MediaUsage:
+    """Read access to one database's media usage index."""
+
+    def __init__(self, engine: sa.Engine) -> None:
+        self._engine = engine
+
+    @classmethod
+    @contextmanager
+    def connect(cls, database_url: str) -> Iterator[MediaUsage]:
+        """An index on its own engine, disposed on leaving the block."""
+        engine = create_engine(database_url)
+        try:
+            yield cls(engine)
+        finally:
+            engine.dispose()
+
+    def coverage(self) -> Coverage:
+        """Whether the index covers all content (``complete``), per collection and overall."""
+        with read_transaction(self._engine) as conn:
+            return usage_store.read_coverage(conn)
+
+    def usage_counts(self, media_ids: Sequence[str]) -> UsageCounts:
+        """Distinct live (not trashed) entries using each of up to ``MAX_IDS`` media ids."""
+        if isinstance(media_ids, str) or not isinstance(media_ids, Sequence):
+            raise InvalidArgument("media_ids must be a sequence of media ids.")
+        if len(media_ids) > MAX_IDS:
+            raise InvalidArgument(f"At most {MAX_IDS} media ids per call, not {len(media_ids)}.")
+        ids = [check.identifier(i, "A media id is required.") for i in media_ids]
+        with read_transaction(self._engine) as conn:
+            coverage = usage_store.read_coverage(conn)
+            counts = usage_store.usage_counts(conn, ids) if ids else {}
+        known = coverage.complete
+        return UsageCounts(coverage, {i: (counts[i] if known else None) for i in ids})
+
+    def usage_count(self, media_id: str) -> int | None:
+        """Live entries using ``media_id``; ``None`` while coverage is not complete."""
+        return self.usage_counts([media_id]).counts[media_id]
+
+    def is_unused(self, media_id: str) -> bool | None:
+        """``True`` only when no live entry uses ``media_id`` and the index is complete;
+        ``None`` when that cannot be known yet. Trashed entries do not count as uses."""
+        count = self.usage_count(media_id)
+        return None if count is None else count == 0
+
+    def usage(self, media_id: str, *, limit: int = 50, cursor: str | None = None) -> UsagePage:
+        """One page of the entries using ``media_id`` (trashed ones included, with
+        ``deleted_at``), by collection slug and content id; pass ``next_cursor`` on."""
+        check.identifier(media_id, "A media id is required.")
+        decode_cursor(cursor, SLUG_ORDER)
+        return usage_store.usage_page(self._engine, media_id, limit=limit, cursor=cursor)
+
+    def status(self) -> StatusOverview:
+        """What ``media-usage status`` shows: capture, coverage, work counts, failures."""
+        capture, coverage, collections = status_store.overview(self._engine)
+        return StatusOverview(capture, coverage, collections)

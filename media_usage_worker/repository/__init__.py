@@ -1,0 +1,4 @@
+"""Everything that speaks SQL: engines, schema, migrations, repositories and triggers.
+
+This package never imports Celery.
+"""

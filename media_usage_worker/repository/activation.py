@@ -1,0 +1,229 @@
+"""Incremental capture lifecycle: the global activation switch and per-collection capture state.
+
+Before activation, collections carry a ``never`` status row with no capture state and content
+writes are not captured. ``activate`` (below) installs triggers everywhere and flips capture on;
+from then on a new collection gets its triggers in the transaction that creates it.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from media_usage_worker.domain.content_model import COLLECTION_SLUG_PATTERN
+from media_usage_worker.domain.errors import ActivationError
+from media_usage_worker.domain.vocabulary import (
+    ActivationState,
+    CaptureState,
+    CoverageStatus,
+    ErrorCode,
+)
+from media_usage_worker.repository import schema, triggers
+from media_usage_worker.repository.clock import db_now
+from media_usage_worker.repository.content_tables import content_table_name
+from media_usage_worker.repository.predicates import active_status_row, status_row
+from media_usage_worker.repository.upsert import insert_factory
+
+_status = schema.index_status.c
+_activation = schema.activation.c
+
+
+def is_activation_active(conn: sa.Connection) -> bool:
+    state = conn.execute(
+        sa.select(_activation.state).where(_activation.task_key == schema.CAPTURE_TASK_KEY)
+    ).scalar_one_or_none()
+    return state == ActivationState.ACTIVE
+
+
+def _status_row_for(collection_id: str, slug: str) -> sa.ColumnElement[bool]:
+    return sa.and_(*status_row(collection_id, slug))
+
+
+def _fresh_status_row(collection_id: str, slug: str, capture_state: str | None) -> dict:
+    """A never-indexed collection's status row: coverage must come from reconciliation."""
+    return {
+        "adapter_id": schema.ADAPTER_ID,
+        "scope_type": schema.SCOPE_TYPE,
+        "scope_key": slug,
+        "status": CoverageStatus.NEVER,
+        "collection_id": collection_id,
+        "change_epoch": 0,
+        "reconciliation_required": 1,
+        "capture_state": capture_state,
+        "updated_at": db_now(),
+    }
+
+
+def prepare_new_collection(conn: sa.Connection, collection_id: str, slug: str) -> None:
+    """Insert the new collection's status row (``installing`` while capture is active)."""
+    capture_state = CaptureState.INSTALLING if is_activation_active(conn) else None
+    conn.execute(
+        schema.index_status.insert().values(**_fresh_status_row(collection_id, slug, capture_state))
+    )
+
+
+def install_for_new_collection(conn: sa.Connection, collection_id: str, slug: str) -> None:
+    """While capture is active, install the new table's triggers inside the creating transaction."""
+    if is_activation_active(conn):
+        triggers.install(conn, collection_id, slug)
+
+
+def finish_new_collection(conn: sa.Connection, collection_id: str, slug: str) -> None:
+    """After the registry row exists, turn capture on for the new collection."""
+    conn.execute(
+        schema.index_status.update()
+        .where(
+            _status_row_for(collection_id, slug), _status.capture_state == CaptureState.INSTALLING
+        )
+        .values(capture_state=CaptureState.ACTIVE, cursor=None, updated_at=db_now())
+    )
+
+
+def _prepare_for_activation(conn: sa.Connection, collection_id: str, slug: str) -> None:
+    """Upsert the status row to ``installing``; coverage so far is not trusted (reconcile)."""
+    insert = insert_factory(conn.engine)(schema.index_status)
+    statement = insert.values(**_fresh_status_row(collection_id, slug, CaptureState.INSTALLING))
+    was_trusted = _status.status.in_((CoverageStatus.COMPLETE, CoverageStatus.RUNNING))
+    statement = statement.on_conflict_do_update(
+        index_elements=[_status.adapter_id, _status.scope_type, _status.scope_key],
+        set_={
+            "status": sa.case((was_trusted, CoverageStatus.STALE.value), else_=_status.status),
+            "completed_at": sa.case((was_trusted, sa.null()), else_=_status.completed_at),
+            "cursor": None,
+            "collection_id": collection_id,
+            "reconciliation_required": 1,
+            "capture_state": CaptureState.INSTALLING,
+            "updated_at": db_now(),
+        },
+        where=sa.and_(
+            sa.or_(_status.collection_id.is_(None), _status.collection_id == collection_id),
+            sa.or_(_status.capture_state.is_(None), _status.capture_state != CaptureState.DELETING),
+        ),
+    )
+    if conn.execute(statement.returning(_status.scope_key)).first() is None:
+        raise ActivationError(
+            f"Collection {slug!r} has a status row for another collection id or is being "
+            "deleted; activation aborted."
+        )
+
+
+def activate(engine: sa.Engine) -> list[str]:
+    """Turn incremental capture on for every collection, in one transaction.
+
+    Installs (or replaces) the capture triggers of each ``ec_<slug>`` table, marks each
+    collection's capture ``active`` with ``reconciliation_required = 1`` so content written
+    before now is picked up by reconciliation, and flips the global switch. On an already
+    active database it re-verifies every collection: collections whose capture is active only
+    get their triggers replaced; anything else is brought to active the same way.
+    Returns the slugs it covered.
+    """
+    registry = schema.collections.c
+    with engine.begin() as conn:
+        rows = conn.execute(sa.select(registry.id, registry.slug).order_by(registry.slug)).all()
+        for collection_id, slug in rows:
+            # A host may register any slug; only one that is a safe identifier becomes SQL.
+            if not (isinstance(slug, str) and COLLECTION_SLUG_PATTERN.fullmatch(slug)):
+                raise ActivationError(
+                    f"Collection slug {slug!r} (id {collection_id!r}) is not one this project "
+                    f"can capture: it must match ^{COLLECTION_SLUG_PATTERN.pattern}$. Rename "
+                    "or remove the collection, then activate again."
+                )
+            if not sa.inspect(conn).has_table(content_table_name(slug)):
+                raise ActivationError(f"Collection {slug!r} has no ec_{slug} table.")
+            if not _capture_is_active(conn, collection_id, slug):
+                _prepare_for_activation(conn, collection_id, slug)
+            triggers.install(conn, collection_id, slug)
+            conn.execute(
+                schema.index_status.update()
+                .where(_status_row_for(collection_id, slug))
+                .values(capture_state=CaptureState.ACTIVE, updated_at=db_now())
+                .where(_status.capture_state != CaptureState.ACTIVE)
+            )
+        conn.execute(
+            schema.activation.update()
+            .where(
+                _activation.task_key == schema.CAPTURE_TASK_KEY,
+                _activation.state != ActivationState.ACTIVE,
+            )
+            .values(
+                state=ActivationState.ACTIVE,
+                activated_at=db_now(),
+                drain_confirmed_at=db_now(),
+                collection_cursor=None,
+                lease_token=None,
+                lease_expires_at=None,
+                last_error_code=None,
+                updated_at=db_now(),
+            )
+        )
+    return [slug for _, slug in rows]
+
+
+def _capture_is_active(conn: sa.Connection, collection_id: str, slug: str) -> bool:
+    return (
+        conn.execute(
+            sa.select(_status.capture_state).where(*active_status_row(collection_id, slug))
+        ).first()
+        is not None
+    )
+
+
+def deactivate(engine: sa.Engine) -> list[str]:
+    """Turn incremental capture off for every collection, in one transaction.
+
+    The way back to a database ``db downgrade`` accepts. Every capture trigger is dropped, so
+    host writes are no longer captured (nor refused); the queued work and reconciliation runs
+    are deleted, since nothing would process them; every collection's coverage stops being
+    trusted (``stale`` with ``reconciliation_required``; a never-indexed one stays ``never``)
+    and loses its capture state; the global switch goes back to ``expanded``. The index rows
+    stay: a later ``activate`` reconciles every collection again. Refused while a collection
+    deletion is in progress. Returns the slugs whose triggers were dropped.
+    """
+    registry = schema.collections.c
+    with engine.begin() as conn:
+        deleting = conn.execute(
+            sa.select(sa.func.count()).select_from(schema.collection_deletions)
+        ).scalar_one()
+        if deleting:
+            raise ActivationError("A collection deletion is in progress; deactivation refused.")
+        slugs = [
+            slug
+            for slug in conn.execute(sa.select(registry.slug).order_by(registry.slug)).scalars()
+            # A slug activation refused never got triggers, and never becomes SQL here.
+            if isinstance(slug, str) and COLLECTION_SLUG_PATTERN.fullmatch(slug)
+            and sa.inspect(conn).has_table(content_table_name(slug))
+        ]  # fmt: skip
+        # Triggers first: dropping one waits for the table's writers in flight (PostgreSQL's
+        # lock), so the work rows they queued exist by the time they are deleted below.
+        for slug in slugs:
+            triggers.remove(conn, slug)
+        conn.execute(schema.work.delete())
+        conn.execute(schema.reconciliations.delete())
+        never = _status.status == CoverageStatus.NEVER
+        conn.execute(
+            schema.index_status.update()
+            .where(_status.adapter_id == schema.ADAPTER_ID, _status.scope_type == schema.SCOPE_TYPE)
+            .values(
+                capture_state=None,
+                status=sa.case((never, _status.status), else_=CoverageStatus.STALE.value),
+                last_error_code=sa.case((never, _status.last_error_code), else_=ErrorCode.STALE),
+                completed_at=None,
+                cursor=None,
+                change_epoch=_status.change_epoch + 1,
+                reconciliation_required=1,
+                updated_at=db_now(),
+            )
+        )
+        conn.execute(
+            schema.activation.update()
+            .where(_activation.task_key == schema.CAPTURE_TASK_KEY)
+            .values(
+                state=ActivationState.EXPANDED,
+                activated_at=None,
+                drain_confirmed_at=None,
+                collection_cursor=None,
+                lease_token=None,
+                lease_expires_at=None,
+                updated_at=db_now(),
+            )
+        )
+    return slugs

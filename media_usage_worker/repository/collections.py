@@ -1,0 +1,277 @@
+"""The collection registry: ``_emdash_collections``, ``_emdash_fields`` and ``ec_<slug>`` tables.
+
+Creating a collection is one transaction: registry rows, the content table, its index-status
+row and, once capture is active, its capture triggers. A half-created collection never exists.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.exc import IntegrityError, ProgrammingError
+
+from media_usage_worker.domain.content_model import (
+    FieldDefinition,
+    validate_collection_slug,
+    validate_fields,
+    validate_label,
+)
+from media_usage_worker.domain.errors import (
+    CollectionExists,
+    CollectionNotFound,
+    FieldExists,
+    MediaUsageError,
+)
+from media_usage_worker.domain.vocabulary import CaptureState, CoverageStatus, ErrorCode
+from media_usage_worker.repository import activation
+from media_usage_worker.repository.clock import db_now
+from media_usage_worker.repository.content_tables import (
+    add_field_column,
+    content_table_name,
+    create_content_table,
+)
+from media_usage_worker.repository.db import Bind, read_transaction, transaction
+from media_usage_worker.repository.ids import new_ulid
+from media_usage_worker.repository.predicates import registered
+from media_usage_worker.repository.schema import (
+    ADAPTER_ID,
+    SCOPE_TYPE,
+    collection_deletions,
+    collections,
+    fields,
+    index_status,
+    reference_paths,
+)
+
+
+@dataclass(frozen=True)
+class Collection:
+    id: str
+    slug: str
+    label: str
+
+
+class CollectionRegistry:
+    """Creates and reads collections; owns the registry's SQL."""
+
+    def __init__(self, engine: sa.Engine) -> None:
+        self.engine = engine
+
+    def create_collection(
+        self, slug: str, label: str, fields: Sequence[FieldDefinition] = ()
+    ) -> Collection:
+        """Create the collection, its ``ec_<slug>`` table and its status row atomically."""
+        slug = validate_collection_slug(slug)
+        label = validate_label(label)
+        definitions = validate_fields(list(fields))
+        collection = Collection(id=new_ulid(), slug=slug, label=label)
+        try:
+            with self.engine.begin() as conn:
+                self._assert_slug_free(conn, slug)
+                # Status row and triggers first (when capture is active): content writes into
+                # the new table fail until the registry row below makes the identity whole.
+                activation.prepare_new_collection(conn, collection.id, slug)
+                create_content_table(conn, slug, definitions)
+                activation.install_for_new_collection(conn, collection.id, slug)
+                conn.execute(
+                    collections.insert().values(
+                        id=collection.id,
+                        slug=slug,
+                        label=label,
+                        created_at=db_now(),
+                        updated_at=db_now(),
+                    )
+                )
+                for position, definition in enumerate(definitions):
+                    conn.execute(_field_row(collection.id, definition, position))
+                activation.finish_new_collection(conn, collection.id, slug)
+        except (IntegrityError, ProgrammingError) as exc:
+            # A concurrent creator won the slug (unique key or CREATE TABLE) between our check
+            # and our write; report it the same way as the check does.
+            if self.get(slug) is not None:
+                raise CollectionExists(f"Collection {slug!r} already exists.") from exc
+            raise
+        return collection
+
+    def create_field(self, collection_slug: str, field: FieldDefinition) -> None:
+        """Add a field (and its column); coverage of the collection becomes stale."""
+        collection_slug = validate_collection_slug(collection_slug)
+        (definition,) = validate_fields([field])
+        with self.engine.begin() as conn:
+            collection = self._get(conn, collection_slug)
+            if collection is None:
+                raise CollectionNotFound(f"No collection has slug {collection_slug!r}.")
+            existing = conn.execute(
+                sa.select(fields.c.id).where(
+                    fields.c.collection_id == collection.id, fields.c.slug == definition.slug
+                )
+            ).first()
+            columns = {
+                c["name"] for c in sa.inspect(conn).get_columns(content_table_name(collection_slug))
+            }
+            if existing is not None or definition.slug in columns:
+                raise FieldExists(
+                    f"Collection {collection_slug!r} already has a field {definition.slug!r}."
+                )
+            position = conn.execute(
+                sa.select(sa.func.coalesce(sa.func.max(fields.c.sort_order) + 1, 0)).where(
+                    fields.c.collection_id == collection.id
+                )
+            ).scalar_one()
+            conn.execute(_field_row(collection.id, definition, position))
+            add_field_column(conn, collection_slug, definition)
+            invalidate_coverage(conn, collection, ErrorCode.STALE)
+
+    def get(self, slug: str) -> Collection | None:
+        with read_transaction(self.engine) as conn:
+            return self._get(conn, slug)
+
+    def get_by_id(self, collection_id: str) -> Collection | None:
+        with read_transaction(self.engine) as conn:
+            row = conn.execute(
+                sa.select(collections.c.id, collections.c.slug, collections.c.label).where(
+                    collections.c.id == collection_id
+                )
+            ).first()
+        return Collection(*row) if row else None
+
+    def list(self) -> list[Collection]:
+        with read_transaction(self.engine) as conn:
+            rows = conn.execute(
+                sa.select(collections.c.id, collections.c.slug, collections.c.label).order_by(
+                    collections.c.slug
+                )
+            ).all()
+        return [Collection(*row) for row in rows]
+
+    def fields(self, collection_id: str) -> builtins.list[FieldDefinition]:
+        """The collection's fields in their sort order, as stored (validation JSON parsed)."""
+        with read_transaction(self.engine) as conn:
+            return load_fields(conn, collection_id)
+
+    @staticmethod
+    def _get(conn: sa.Connection, slug: str) -> Collection | None:
+        row = conn.execute(
+            sa.select(collections.c.id, collections.c.slug, collections.c.label).where(
+                collections.c.slug == slug
+            )
+        ).first()
+        return Collection(*row) if row else None
+
+    def _assert_slug_free(self, conn: sa.Connection, slug: str) -> None:
+        if self._get(conn, slug) is not None:
+            raise CollectionExists(f"Collection {slug!r} already exists.")
+        tombstone = conn.execute(
+            sa.select(collection_deletions.c.collection_id).where(
+                collection_deletions.c.collection_slug == slug
+            )
+        ).first()
+        if tombstone is not None:
+            raise CollectionExists(f"Collection {slug!r} is still being deleted.")
+        if sa.inspect(conn).has_table(content_table_name(slug)):
+            raise CollectionExists(f"Table {content_table_name(slug)!r} already exists.")
+
+
+def load_fields(conn: sa.Connection, collection_id: str) -> list[FieldDefinition]:
+    """The collection's fields, each with the reference paths declared into it."""
+    declared: dict[str, list[str]] = {}
+    for field_slug, path in conn.execute(_DECLARED_PATHS, {"collection_id": collection_id}):
+        declared.setdefault(field_slug, []).append(path)
+    rows = conn.execute(
+        sa.select(
+            fields.c.slug, fields.c.label, fields.c.type, fields.c.required, fields.c.validation
+        )
+        .where(fields.c.collection_id == collection_id)
+        .order_by(fields.c.sort_order, fields.c.slug)
+    ).all()
+    return [
+        FieldDefinition(
+            slug=row.slug,
+            label=row.label,
+            type=row.type,
+            required=bool(row.required),
+            validation=validation,
+            validation_unreadable=validation is None and row.validation is not None,
+            reference_paths=tuple(declared.get(row.slug, ())),
+        )
+        for row in rows
+        for validation in [_parse_validation(row.validation)]
+    ]
+
+
+_DECLARED_PATHS = (
+    sa.select(reference_paths.c.field_slug, reference_paths.c.path)
+    .where(reference_paths.c.collection_id == sa.bindparam("collection_id"))
+    .order_by(reference_paths.c.path)
+)
+
+
+def _parse_validation(raw: str | None) -> dict[str, Any] | None:
+    """The stored validation object; ``None`` when absent or not a JSON object."""
+    if raw is None:
+        return None
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _field_row(collection_id: str, definition: FieldDefinition, position: int) -> sa.Insert:
+    return fields.insert().values(
+        id=new_ulid(),
+        collection_id=collection_id,
+        slug=definition.slug,
+        label=definition.label,
+        type=definition.type,
+        column_type=definition.column_type,
+        required=int(definition.required),
+        validation=definition.validation_json(),
+        sort_order=position,
+    )
+
+
+def invalidate_coverage(conn: sa.Connection, collection: Collection, code: ErrorCode) -> None:
+    """Bump the epoch and require reconciliation: indexed projections predate a new field or
+    new extraction rules (``code`` says which)."""
+    s = index_status.c
+    active = sa.and_(s.capture_state.is_not(None), s.capture_state == CaptureState.ACTIVE)
+    result = conn.execute(
+        index_status.update()
+        .where(
+            s.adapter_id == ADAPTER_ID,
+            s.scope_type == SCOPE_TYPE,
+            s.scope_key == collection.slug,
+            s.collection_id == collection.id,
+        )
+        .values(
+            change_epoch=s.change_epoch + 1,
+            # Before activation a never-indexed collection stays "never"; anything else is stale.
+            status=sa.case(
+                (sa.and_(s.status == CoverageStatus.NEVER, sa.not_(active)), s.status),
+                else_=CoverageStatus.STALE.value,
+            ),
+            completed_at=None,
+            cursor=None,
+            last_error_code=code,
+            reconciliation_required=1,
+            updated_at=db_now(),
+        )
+        .returning(s.capture_state)
+    ).all()
+    if not result and activation.is_activation_active(conn):
+        raise MediaUsageError(
+            f"Collection {collection.slug!r} has no active capture status row; the change was "
+            "aborted so coverage cannot silently stay complete."
+        )
+
+
+def is_registered(bind: Bind, collection_id: str, slug: str) -> bool:
+    """The collection still exists with exactly this id and slug."""
+    with transaction(bind) as conn:
+        return bool(conn.execute(sa.select(registered(collection_id, slug))).scalar_one())

@@ -1,0 +1,124 @@
+"""Alembic migrations, run programmatically (no alembic.ini to ship or to find).
+
+``upgrade`` is idempotent and safe to run from several processes at once: on PostgreSQL the run
+holds a transaction-level advisory lock, on SQLite the engine's ``BEGIN IMMEDIATE`` already
+serialises writers. The version table has its own name so a host application's Alembic history
+in the same database is left alone.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import sqlalchemy as sa
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+
+from media_usage_worker.domain.errors import InvalidArgument
+from media_usage_worker.repository.db import create_engine
+
+VERSION_TABLE = "_media_usage_worker_migrations"
+MIGRATIONS_DIR = Path(__file__).with_name("migrations")
+# Any constant shared by all migrators; pg_advisory_xact_lock takes a bigint.
+ADVISORY_LOCK_KEY = 0x6D656469615F7573  # "media_us"
+
+
+@contextmanager
+def _engine(url_or_engine: str | sa.Engine) -> Iterator[sa.Engine]:
+    if isinstance(url_or_engine, sa.Engine):
+        yield url_or_engine
+        return
+    engine = create_engine(url_or_engine, poolclass=sa.NullPool)
+    try:
+        yield engine
+    finally:
+        engine.dispose()
+
+
+def _config(connection: sa.Connection) -> Config:
+    config = _config_without_connection()
+    config.attributes["connection"] = connection
+    return config
+
+
+@contextmanager
+def _migrating(url_or_engine: str | sa.Engine) -> Iterator[sa.Connection]:
+    with _engine(url_or_engine) as engine, engine.begin() as connection:
+        if connection.dialect.name == "postgresql":
+            # Two migrators at once wait for each other instead of racing on CREATE TABLE.
+            connection.execute(sa.select(sa.func.pg_advisory_xact_lock(ADVISORY_LOCK_KEY)))
+        yield connection
+
+
+def upgrade(url_or_engine: str | sa.Engine, revision: str = "head") -> None:
+    """Apply migrations up to ``revision`` (default: all). Running it again changes nothing."""
+    with _migrating(url_or_engine) as connection:
+        command.upgrade(_config(connection), revision)
+
+
+def downgrade(url_or_engine: str | sa.Engine, revision: str = "base") -> None:
+    """Revert to ``revision``; raises ``DowngradeRefused`` while media usage state exists.
+
+    ``revision`` is checked (``check_revision``) before any I/O.
+    """
+    check_revision(revision)
+    with _migrating(url_or_engine) as connection:
+        command.downgrade(_config(connection), revision)
+
+
+def current_revision(url_or_engine: str | sa.Engine) -> str | None:
+    with _engine(url_or_engine) as engine, engine.connect() as connection:
+        context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
+        return context.get_current_revision()
+
+
+@functools.cache
+def head_revision() -> str:
+    """The newest revision this code ships."""
+    scripts = ScriptDirectory.from_config(_config_without_connection())
+    head = scripts.get_current_head()
+    assert head is not None
+    return head
+
+
+def check_revision(revision: object) -> str:
+    """``revision`` if it is ``base`` or a revision this code ships, else ``InvalidArgument``."""
+    known = _known_revisions()
+    if revision == "base" or revision in known:
+        return str(revision)
+    shown = repr(revision[:100]) if isinstance(revision, str) else "that value"
+    raise InvalidArgument(f"Unknown revision {shown}: use base or one of {', '.join(known)}.")
+
+
+@functools.cache
+def _known_revisions() -> tuple[str, ...]:
+    scripts = ScriptDirectory.from_config(_config_without_connection())
+    return tuple(sorted(script.revision for script in scripts.walk_revisions()))
+
+
+def _config_without_connection() -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    return config
+
+
+def schema_problem(engine: sa.Engine) -> str | None:
+    """``None`` when the database has this code's schema, else what an operator must do."""
+    try:
+        current = current_revision(engine)
+    except sa.exc.DBAPIError as exc:
+        detail = (str(exc.orig).strip().splitlines() or [type(exc.orig).__name__])[0]
+        return f"the database cannot be read: {detail[:300]}"
+    head = head_revision()
+    if current == head:
+        return None
+    if current is None:
+        return "the database has no media usage schema: run media-usage db upgrade"
+    return (
+        f"the database schema is at {current}, this code needs {head}: run media-usage db upgrade"
+    )

@@ -1,0 +1,181 @@
+"""The read side of the index slice: what a refresh reads of its entries (design §10).
+
+One consistent read of a collection's fields, the entries' content rows, their draft
+revisions and their observed source rows, one statement each however many entries. The
+write side, which promotes what was extracted from this read, is ``repository.source_writes``.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+
+from media_usage_worker.domain.content_model import FieldDefinition
+from media_usage_worker.domain.snapshots import ContentEntry, Revision, Snapshot, source_key
+from media_usage_worker.repository.collections import load_fields
+from media_usage_worker.repository.content_tables import content_columns
+from media_usage_worker.repository.db import Bind, read_transaction
+from media_usage_worker.repository.predicates import registered
+from media_usage_worker.repository.row_sets import RowSet
+from media_usage_worker.repository.rules import read_media_url_prefixes
+from media_usage_worker.repository.schema import collections, media, revisions, sources
+
+s = sources.c
+MATCH_COLUMNS = (
+    "current_generation",
+    "source_completeness",
+    "collection_id",
+    "updated_at",
+    "source_fingerprint",
+    "source_updated_at",
+    "source_version",
+    "identity_version",
+    "revision_id",
+    "last_attempted_at",
+    "last_error_code",
+)
+SYSTEM_COLUMNS = (
+    "id", "slug", "status", "created_at", "updated_at", "published_at", "scheduled_at",
+    "deleted_at", "version", "live_revision_id", "draft_revision_id", "locale",
+    "translation_group",
+)  # fmt: skip
+REVISION_COLUMN = {"columns": "live_revision_id", "draft_overlay": "draft_revision_id"}
+_KEYS = RowSet("source_keys", (("source_key", sa.Text()),))
+
+
+@dataclass(frozen=True)
+class EntryState:
+    """What one refresh reads: the entry (``None`` if gone), its draft and its source rows."""
+
+    entry: ContentEntry
+    row: dict[str, Any] | None
+    revision: Revision | None
+    observed: dict[str, dict[str, Any]]  # the entry's source rows by variant
+
+
+@dataclass(frozen=True)
+class CollectionState:
+    """One consistent read of a collection's fields and of some of its entries."""
+
+    fields: list[FieldDefinition]
+    present: bool  # the collection is still registered with this id and slug
+    entries: dict[str, EntryState]  # by content id
+    media_url_prefixes: tuple[str, ...] = ()
+
+
+def read_entries(
+    bind: Bind,
+    collection_id: str,
+    slug: str,
+    content_ids: Sequence[str],
+    columns_for: Callable[[list[FieldDefinition]], list[str]],
+) -> CollectionState:
+    """Fields, content rows, draft revisions and sources of ``content_ids``: one statement each.
+
+    ``columns_for`` names the content columns to read from the fields. JSON columns are read as
+    their text: psycopg would otherwise parse a ``json`` column while fetching it, before the
+    size check could refuse an entry too large.
+    """
+    ids = list(dict.fromkeys(content_ids))
+    with read_transaction(bind) as conn:
+        fields = load_fields(conn, collection_id)
+        prefixes = tuple(read_media_url_prefixes(conn))
+        present = bool(conn.execute(sa.select(registered(collection_id, slug))).scalar_one())
+        rows = _content_rows(conn, collection_id, slug, ids, columns_for(fields), fields)
+        drafts = [r["draft_revision_id"] for r in rows.values()]
+        revisions_by_id = _revisions(conn, [d for d in drafts if isinstance(d, str)])
+        observed = _observed_sources(conn, collection_id, ids)
+    entries = {}
+    for content_id in ids:
+        row = rows.get(content_id)
+        draft = None if row is None else row.get("draft_revision_id")
+        entries[content_id] = EntryState(
+            ContentEntry(collection_id, slug, content_id),
+            row,
+            revisions_by_id.get(draft) if isinstance(draft, str) else None,
+            observed.get(content_id, {}),
+        )
+    return CollectionState(fields, present, entries, prefixes)
+
+
+# The lowest id of a media item stored under the key (keys are unique in practice; the choice
+# is stable when they are not).
+_MEDIA_BY_STORAGE_KEY = sa.select(sa.func.min(media.c.id)).where(
+    media.c.storage_key == sa.bindparam("storage_key")
+)
+
+
+def media_id_by_storage_key(bind: Bind, storage_key: str) -> str | None:
+    """The id of the media item whose file is ``storage_key``; ``None`` when none is."""
+    with read_transaction(bind) as conn:
+        found = conn.execute(_MEDIA_BY_STORAGE_KEY, {"storage_key": storage_key}).scalar()
+    return found if isinstance(found, str) else None
+
+
+def _content_rows(
+    conn: sa.Connection,
+    collection_id: str,
+    slug: str,
+    ids: list[str],
+    columns: Sequence[str],
+    fields: list[FieldDefinition],
+) -> dict[str, dict[str, Any]]:
+    """The content rows, only while the collection still has this id and slug."""
+    as_text = {f.slug for f in fields if f.column_type == "JSON"}
+    names = list(dict.fromkeys([*SYSTEM_COLUMNS, *columns]))
+    content = content_columns(slug, names).alias("content")
+    selected = [
+        sa.cast(column, sa.Text).label(column.name) if column.name in as_text else column
+        for column in content.c
+    ]
+    query = (
+        sa.select(*selected)
+        .select_from(
+            content.join(
+                collections, sa.and_(collections.c.slug == slug, collections.c.id == collection_id)
+            )
+        )
+        .where(content.c.id.in_(ids))
+    )
+    return {row.id: dict(row._mapping) for row in conn.execute(query)}
+
+
+def _revisions(conn: sa.Connection, ids: list[str]) -> dict[str, Revision]:
+    if not ids:
+        return {}
+    r = revisions.c
+    query = sa.select(r.id, r.collection, r.entry_id, r.data).where(r.id.in_(ids))
+    return {row.id: Revision(row.collection, row.entry_id, row.data) for row in conn.execute(query)}
+
+
+def _observed_sources(
+    conn: sa.Connection, collection_id: str, ids: list[str]
+) -> dict[str, dict[str, dict[str, Any]]]:
+    """The entries' canonical source rows, by content id and variant."""
+    keys = [(source_key(collection_id, i, v),) for i in ids for v in REVISION_COLUMN]
+    found: dict[str, dict[str, dict[str, Any]]] = {}
+    query = _observed_sources_statement(conn.dialect.name)
+    for row in conn.execute(query, _KEYS.bind(keys)):
+        found.setdefault(row.content_id, {})[row.source_variant] = dict(row._mapping)
+    return found
+
+
+@functools.cache
+def _observed_sources_statement(dialect: str) -> sa.Select[Any]:
+    # The keys as a row set: one statement text for any number of entries (an IN list of
+    # bound values is a new text, planned anew, for every length).
+    return sa.select(sources).where(_KEYS.contains(dialect, s.source_key, "source_key"))
+
+
+def is_unchanged(snapshot: Snapshot, observed: Mapping[str, Any] | None) -> bool:
+    """Same fingerprint, complete and error-free: writing it again would change nothing."""
+    return (
+        observed is not None
+        and observed["source_fingerprint"] == snapshot.fingerprint
+        and observed["source_completeness"] == "complete"
+        and observed["last_error_code"] is None
+    )

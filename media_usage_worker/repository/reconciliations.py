@@ -1,0 +1,423 @@
+"""The reconciliation coordinator table and the status-row statements of a run.
+
+One coordinator row per collection that needs reconciling. Each function here is one guarded
+statement or one transaction; the steps that call them are in
+``media_usage_worker.pipeline.reconciliation`` (docs/design.md §6). A held coordinator is one
+whose lease token is still on its row, ``leased`` and unexpired: every write of a step is
+guarded on that, so a step that outlived its lease changes nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+import sqlalchemy as sa
+
+from media_usage_worker.domain.content_model import FieldDefinition
+from media_usage_worker.domain.vocabulary import (
+    CaptureState,
+    CoverageStatus,
+    ErrorCode,
+    ReconciliationPhase,
+    ReconciliationState,
+    WorkState,
+)
+from media_usage_worker.repository.activation import is_activation_active
+from media_usage_worker.repository.clock import db_now, is_live_by_text
+from media_usage_worker.repository.collections import load_fields
+from media_usage_worker.repository.content_tables import content_columns
+from media_usage_worker.repository.db import transaction
+from media_usage_worker.repository.ids import new_ulid
+from media_usage_worker.repository.predicates import (
+    active_status_row,
+    being_deleted,
+    due_or_expired,
+    registered,
+    status_row,
+)
+from media_usage_worker.repository.rules import record_indexed_rules
+from media_usage_worker.repository.schema import (
+    ADAPTER_ID,
+    SCOPE_TYPE,
+    index_status,
+    reconciliations,
+    sources,
+    work,
+)
+
+LEASE_SECONDS = 60
+_r = reconciliations.c
+_st = index_status.c
+_s = sources.c
+_w = work.c
+
+
+@dataclass(frozen=True)
+class Coordinator:
+    """A claimed coordinator row (as the claim returned it)."""
+
+    collection_id: str
+    collection_slug: str
+    run_token: str
+    target_epoch: int | None
+    field_fingerprint: str | None
+    state: ReconciliationState
+    phase: ReconciliationPhase
+    scan_cursor: str | None
+    scan_upper_id: str | None
+    source_cursor: str | None
+    source_upper_key: str | None
+    attempt_count: int
+    lease_token: str | None
+
+    @classmethod
+    def from_row(cls, row: sa.Row[Any]) -> Coordinator:
+        values = {f.name: getattr(row, f.name) for f in fields(cls)}
+        values["state"] = ReconciliationState(row.state)
+        values["phase"] = ReconciliationPhase(row.phase)
+        values["target_epoch"] = None if row.target_epoch is None else int(row.target_epoch)
+        values["attempt_count"] = int(row.attempt_count)
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class RunStart:
+    epoch: int
+    fields: list[FieldDefinition]
+    scan_upper_id: str | None  # the largest content id when the run began
+
+
+def _status_of(c: Coordinator) -> list[sa.ColumnElement[bool]]:
+    return status_row(c.collection_id, c.collection_slug)
+
+
+def _owns_run(c: Coordinator) -> list[sa.ColumnElement[bool]]:
+    """The status row still belongs to this run at its epoch."""
+    return [
+        *active_status_row(c.collection_id, c.collection_slug),
+        _st.reconciliation_required == 1,
+        _st.status == CoverageStatus.RUNNING,
+        _st.cursor == c.run_token,
+        _st.change_epoch == c.target_epoch,
+    ]
+
+
+def _held(c: Coordinator) -> list[sa.ColumnElement[bool]]:
+    return [
+        _r.collection_id == c.collection_id,
+        _r.lease_token == c.lease_token,
+        _r.state == ReconciliationState.LEASED,
+        is_live_by_text(_r.lease_expires_at),
+    ]
+
+
+def _content_sources(collection_id: str) -> list[sa.ColumnElement[bool]]:
+    return [
+        _s.source_type == "content",
+        _s.collection_id == collection_id,
+        _s.identity_version == 1,
+    ]
+
+
+# --- finding and claiming ------------------------------------------------------------------
+
+
+def drop_finished(engine: sa.Engine) -> bool:
+    """Delete coordinators whose collection no longer needs reconciling.
+
+    ``False`` (and nothing done) while capture is not activated: no run may start then.
+    """
+    with transaction(engine) as conn:
+        if not is_activation_active(conn):
+            return False
+        conn.execute(
+            reconciliations.delete().where(
+                sa.exists(sa.select(1).where(*status_row(_r.collection_id, _r.collection_slug),
+                                             _st.reconciliation_required == 0))
+            )
+        )  # fmt: skip
+    return True
+
+
+def reopen_failed_after_new_writes(engine: sa.Engine) -> None:
+    """A failed run is retried once the collection was written again (epoch moved on)."""
+    moved_on = sa.exists(
+        sa.select(1).where(
+            *status_row(_r.collection_id, _r.collection_slug),
+            _st.cursor.is_(None),
+            _st.change_epoch > _r.target_epoch,
+        )
+    )
+    with transaction(engine) as conn:
+        conn.execute(
+            reconciliations.update()
+            .where(_r.state == ReconciliationState.FAILED, moved_on)
+            .values(
+                state=ReconciliationState.PENDING, phase=ReconciliationPhase.SCAN,
+                run_token=new_ulid(), target_epoch=None, field_fingerprint=None,
+                scan_cursor=None, scan_upper_id=None, source_cursor=None, source_upper_key=None,
+                attempt_count=0, next_attempt_at=db_now(), last_error_code=None,
+                updated_at=db_now(),
+            )
+        )  # fmt: skip
+
+
+def seed(engine: sa.Engine) -> None:
+    """A coordinator for every registered, captured collection that needs reconciling."""
+    needing = (
+        sa.select(_st.collection_id, _st.scope_key)
+        .where(
+            _st.adapter_id == ADAPTER_ID,
+            _st.scope_type == SCOPE_TYPE,
+            _st.capture_state == CaptureState.ACTIVE,
+            _st.reconciliation_required == 1,
+            registered(_st.collection_id, _st.scope_key),
+            ~sa.exists(sa.select(1).where(_r.collection_id == _st.collection_id)),
+            ~being_deleted(_st.collection_id),
+        )
+        .order_by(_st.collection_id)
+    )
+    with transaction(engine) as conn:
+        for collection_id, slug in conn.execute(needing).all():
+            conn.execute(
+                reconciliations.insert().values(
+                    collection_id=collection_id, collection_slug=slug, run_token=new_ulid(),
+                    next_attempt_at=db_now(), created_at=db_now(), updated_at=db_now(),
+                )
+            )  # fmt: skip
+
+
+def due_collection_ids(engine: sa.Engine, limit: int) -> list[str]:
+    query = (
+        sa.select(_r.collection_id)
+        .where(due_or_expired(reconciliations))
+        .order_by(_r.next_attempt_at, _r.updated_at, _r.collection_id)
+        .limit(limit)
+    )
+    with transaction(engine) as conn:
+        return list(conn.execute(query).scalars())
+
+
+def claim(engine: sa.Engine, collection_id: str) -> Coordinator | None:
+    """Lease the coordinator if it is (still) due; ``None`` when another tick has it."""
+    with transaction(engine) as conn:
+        row = conn.execute(
+            reconciliations.update()
+            .where(_r.collection_id == collection_id, due_or_expired(reconciliations))
+            .values(
+                state=ReconciliationState.LEASED,
+                lease_token=new_ulid(),
+                lease_expires_at=db_now(LEASE_SECONDS),
+                updated_at=db_now(),
+            )
+            .returning(*reconciliations.c)
+        ).first()
+    return None if row is None else Coordinator.from_row(row)
+
+
+# --- the held coordinator ------------------------------------------------------------------
+
+
+def _update_held(conn: sa.Connection, c: Coordinator, **values: Any) -> bool:
+    return (
+        conn.execute(
+            reconciliations.update()
+            .where(*_held(c))
+            .values(**values, updated_at=db_now())
+            .returning(_r.collection_id)
+        ).first()
+        is not None
+    )
+
+
+def release(engine: sa.Engine, c: Coordinator, delay: int = 0, **progress: Any) -> bool:
+    """Give the lease back, due again in ``delay`` seconds, with the step's progress."""
+    with transaction(engine) as conn:
+        return _update_held(
+            conn, c, state=ReconciliationState.PENDING, lease_token=None, lease_expires_at=None,
+            next_attempt_at=db_now(delay), **progress,
+        )  # fmt: skip
+
+
+def record_retry(engine: sa.Engine, c: Coordinator, code: ErrorCode, delay: int) -> None:
+    with transaction(engine) as conn:
+        _update_held(
+            conn, c, state=ReconciliationState.RETRY, attempt_count=_r.attempt_count + 1,
+            lease_token=None, lease_expires_at=None, next_attempt_at=db_now(delay),
+            last_error_code=code,
+        )  # fmt: skip
+
+
+def record_failed(engine: sa.Engine, c: Coordinator, code: ErrorCode) -> None:
+    """Fail the run for good: the coordinator and the coverage row in one transaction.
+
+    One transaction, because a worker killed between the coordinator's "failed" and the
+    coverage row would leave coverage "running" with this run's cursor, which nothing reopens.
+    """
+    with transaction(engine) as conn:
+        if _update_held(
+            conn, c, state=ReconciliationState.FAILED, attempt_count=_r.attempt_count + 1,
+            lease_token=None, lease_expires_at=None, last_error_code=code,
+        ):  # fmt: skip
+            _finish_failed_coverage(conn, c, code)
+
+
+def _finish_failed_coverage(conn: sa.Connection, c: Coordinator, code: ErrorCode) -> None:
+    """``partial`` if anything was indexed, else ``failed``, with the first failed entry's code."""
+    stored: str = code
+    if code == ErrorCode.RECONCILIATION_ENTRY_FAILED:
+        first_failed = conn.execute(
+            sa.select(_w.last_error_code)
+            .where(_w.collection_id == c.collection_id, _w.state == WorkState.FAILED)
+            .order_by(_w.content_id)
+            .limit(1)
+        ).scalar_one_or_none()
+        stored = first_failed or code
+    has_sources = sa.exists(sa.select(1).where(*_content_sources(c.collection_id)))
+    conn.execute(
+        index_status.update()
+        .where(*_status_of(c), _st.status == CoverageStatus.RUNNING, _st.cursor == c.run_token)
+        .values(
+            status=sa.case((has_sources, CoverageStatus.PARTIAL.value),
+                           else_=CoverageStatus.FAILED.value),
+            completed_at=None, cursor=None, last_error_code=stored,
+            reconciliation_required=1, updated_at=db_now(),
+        )
+    )  # fmt: skip
+
+
+# --- a run -----------------------------------------------------------------------------------
+
+
+def current_fields(engine: sa.Engine, collection_id: str) -> list[FieldDefinition]:
+    with transaction(engine) as conn:
+        return load_fields(conn, collection_id)
+
+
+def run_still_owned(engine: sa.Engine, c: Coordinator) -> bool:
+    with transaction(engine) as conn:
+        return conn.execute(sa.select(1).where(*_owns_run(c))).first() is not None
+
+
+def start_run(engine: sa.Engine, c: Coordinator) -> RunStart | None:
+    """Bump the epoch and take the status row for this run; ``None`` if another run has it.
+
+    The same transaction reads the fields and the scan's upper bound, so the run indexes what
+    the collection was at its epoch.
+    """
+    with transaction(engine) as conn:
+        epoch = conn.execute(
+            index_status.update()
+            .where(
+                *active_status_row(c.collection_id, c.collection_slug),
+                _st.reconciliation_required == 1,
+                sa.or_(
+                    _st.status != CoverageStatus.RUNNING,
+                    _st.cursor == c.run_token,
+                    _st.cursor.is_(None),
+                ),
+                registered(c.collection_id, c.collection_slug),
+            )
+            .values(
+                status=CoverageStatus.RUNNING, started_at=db_now(), completed_at=None,
+                cursor=c.run_token, indexed_source_count=0, failed_source_count=0,
+                last_error_code=None, change_epoch=_st.change_epoch + 1,
+                reconciliation_required=1, updated_at=db_now(),
+            )
+            .returning(_st.change_epoch)
+        ).scalar_one_or_none()  # fmt: skip
+        if epoch is None:
+            return None
+        field_list = load_fields(conn, c.collection_id)
+        content = content_columns(c.collection_slug)
+        upper = conn.execute(sa.select(sa.func.max(content.c.id))).scalar_one_or_none()
+    return RunStart(int(epoch), field_list, upper)
+
+
+def scan_page(engine: sa.Engine, c: Coordinator, limit: int) -> list[str]:
+    """The next content ids of the scan, up to the id that was largest when the run began."""
+    if c.scan_upper_id is None:
+        return []
+    content = content_columns(c.collection_slug)
+    query = sa.select(content.c.id).where(content.c.id <= c.scan_upper_id)
+    if c.scan_cursor is not None:
+        query = query.where(content.c.id > c.scan_cursor)
+    with transaction(engine) as conn:
+        return list(conn.execute(query.order_by(content.c.id).limit(limit)).scalars())
+
+
+def source_upper_key(engine: sa.Engine, c: Coordinator) -> str | None:
+    with transaction(engine) as conn:
+        upper: str | None = conn.execute(
+            sa.select(sa.func.max(_s.source_key)).where(*_content_sources(c.collection_id))
+        ).scalar_one_or_none()
+    return upper
+
+
+def source_page(engine: sa.Engine, c: Coordinator, limit: int) -> list[tuple[str, str]]:
+    """The next (source key, content id) pairs of the sources phase, up to its upper key."""
+    if c.source_upper_key is None:
+        return []
+    query = sa.select(_s.source_key, _s.content_id).where(
+        *_content_sources(c.collection_id), _s.source_key <= c.source_upper_key
+    )
+    if c.source_cursor is not None:
+        query = query.where(_s.source_key > c.source_cursor)
+    with transaction(engine) as conn:
+        return [(k, i) for k, i in conn.execute(query.order_by(_s.source_key).limit(limit))]
+
+
+def present_content_ids(engine: sa.Engine, slug: str, candidates: list[str]) -> set[str]:
+    content = content_columns(slug)
+    with transaction(engine) as conn:
+        return set(
+            conn.execute(sa.select(content.c.id).where(content.c.id.in_(candidates))).scalars()
+        )
+
+
+def work_states(engine: sa.Engine, collection_id: str) -> set[WorkState]:
+    """The distinct states of the collection's work rows (empty: no work left)."""
+    with transaction(engine) as conn:
+        return {
+            WorkState(state)
+            for state in conn.execute(
+                sa.select(_w.state).distinct().where(_w.collection_id == collection_id)
+            ).scalars()
+        }
+
+
+def finalize(engine: sa.Engine, c: Coordinator) -> bool:
+    """Mark coverage ``complete`` and drop the coordinator, if nothing moved since the run began.
+
+    Guarded on everything at once: the run still owns the status row at its epoch, no work is
+    left, the coordinator is still held in its sources phase, the collection is registered and
+    not being deleted.
+    """
+    held = sa.exists(sa.select(1).where(*_held(c), _r.phase == ReconciliationPhase.SOURCES))
+    with transaction(engine) as conn:
+        done = conn.execute(
+            index_status.update()
+            .where(
+                *_owns_run(c),
+                ~sa.exists(sa.select(1).where(_w.collection_id == c.collection_id)),
+                held,
+                registered(c.collection_id, c.collection_slug),
+                ~being_deleted(c.collection_id),
+            )
+            .values(
+                status=CoverageStatus.COMPLETE, schema_version=1, completed_at=db_now(),
+                cursor=None, last_error_code=None, reconciliation_required=0,
+                updated_at=db_now(),
+            )
+            .returning(_st.scope_key)
+        ).first()  # fmt: skip
+        if done is None:
+            return False
+        record_indexed_rules(conn, c.collection_id)
+        conn.execute(
+            reconciliations.delete().where(
+                _r.collection_id == c.collection_id, _r.lease_token == c.lease_token
+            )
+        )
+    return True

@@ -1,0 +1,239 @@
+"""The rules each collection's index was computed under (docs/design.md §5, "Rules").
+
+``complete`` coverage holds only while a collection's index was computed under the running
+rules (``domain.rules``). A run that makes coverage ``complete`` records its rules in the same
+transaction (``record_indexed_rules``); ``mark_rules_changed`` takes every collection indexed
+under other rules out of ``complete`` in one guarded statement, and reconciliation re-indexes
+it; ``rules_current`` is the guard that keeps a worker of other rules from restoring it.
+
+The site's declared rules (reference paths, media URL prefixes) change here too: each change is
+one transaction that stores it, counts a new rules revision and takes the collections it
+touches out of ``complete`` (their epoch moves, so a run in progress restarts under them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+
+from media_usage_worker.domain.errors import CollectionNotFound, InvalidRule, RuleNotFound
+from media_usage_worker.domain.reference_paths import ReferencePath
+from media_usage_worker.domain.rules import EXTRACTION_VERSION, RulesState
+from media_usage_worker.domain.vocabulary import CaptureState, CoverageStatus, ErrorCode
+from media_usage_worker.repository.clock import db_now
+from media_usage_worker.repository.collections import Collection, invalidate_coverage
+from media_usage_worker.repository.db import Bind, read_transaction, transaction
+from media_usage_worker.repository.schema import (
+    ADAPTER_ID,
+    SCOPE_TYPE,
+    collections,
+    fields,
+    index_status,
+    media_url_prefixes,
+    reference_paths,
+    rules_state,
+)
+from media_usage_worker.repository.upsert import insert_factory_for
+
+r = rules_state.c
+st = index_status.c
+rp = reference_paths.c
+
+
+def rules_current(collection_id: Any) -> sa.Exists:
+    """True while the collection's index was computed under this code's rules."""
+    return sa.exists(
+        sa.select(1).where(
+            r.collection_id == collection_id,
+            r.indexed_extraction_version == EXTRACTION_VERSION,
+            r.indexed_rules_revision == r.rules_revision,
+        )
+    )
+
+
+def record_indexed_rules(conn: sa.Connection, collection_id: str) -> None:
+    """The collection is indexed under the running rules: call in the transaction that makes
+    its coverage ``complete`` (that transaction's guards hold the rules still: a change to
+    the declared rules moves the collection's epoch)."""
+    insert = insert_factory_for(conn.dialect.name)(rules_state).values(
+        collection_id=collection_id,
+        indexed_extraction_version=EXTRACTION_VERSION,
+        indexed_rules_revision=0,
+        updated_at=db_now(),
+    )
+    conn.execute(
+        insert.on_conflict_do_update(
+            index_elements=[r.collection_id],
+            set_={
+                "indexed_extraction_version": EXTRACTION_VERSION,
+                "indexed_rules_revision": r.rules_revision,
+                "updated_at": db_now(),
+            },
+        )
+    )
+
+
+# Coverage that a collection could keep or get back without a run, while its index was
+# computed under other rules: it becomes ``stale`` and needs reconciling. A run in progress is
+# left alone (its fingerprint restarts it under the running rules).
+_MARK_RULES_CHANGED = (
+    index_status.update()
+    .where(
+        st.adapter_id == ADAPTER_ID,
+        st.scope_type == SCOPE_TYPE,
+        st.capture_state == CaptureState.ACTIVE,
+        st.reconciliation_required == 0,
+        st.status.in_((CoverageStatus.COMPLETE, CoverageStatus.STALE, CoverageStatus.PARTIAL)),
+        ~rules_current(st.collection_id),
+    )
+    .values(
+        status=CoverageStatus.STALE,
+        completed_at=None,
+        last_error_code=ErrorCode.RULES_CHANGED,
+        reconciliation_required=1,
+        updated_at=db_now(),
+    )
+    .returning(st.scope_key)
+)
+
+
+def mark_rules_changed(bind: Bind) -> list[str]:
+    """Take every collection indexed under other rules out of ``complete``; their slugs."""
+    with transaction(bind) as conn:
+        return sorted(conn.execute(_MARK_RULES_CHANGED).scalars())
+
+
+def read_rules_states(conn: sa.Connection) -> dict[str, RulesState]:
+    """Every collection's rules state by collection id (none recorded: ``RulesState()``)."""
+    rows = conn.execute(
+        sa.select(
+            r.collection_id, r.rules_revision, r.indexed_extraction_version,
+            r.indexed_rules_revision,
+        )
+    )  # fmt: skip
+    return {row[0]: RulesState(*row[1:]) for row in rows}
+
+
+# --- the site's declared rules ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DeclaredRules:
+    """Every declared reference path (collection slug, path) and media URL prefix."""
+
+    reference_paths: list[tuple[str, str]]
+    media_url_prefixes: list[str]
+
+
+def declare_reference_path(bind: Bind, collection_slug: str, path: ReferencePath) -> bool:
+    """Store the path; ``False`` when it was already declared (nothing changes then)."""
+    with transaction(bind) as conn:
+        collection = _collection(conn, collection_slug)
+        known = conn.execute(
+            sa.select(1).where(
+                fields.c.collection_id == collection.id, fields.c.slug == path.field_slug
+            )
+        ).first()
+        if known is None:
+            raise InvalidRule(
+                f"Reference path {path.text!r}: collection {collection_slug!r} has no field "
+                f"{path.field_slug!r}."
+            )
+        inserted = conn.execute(
+            insert_factory_for(conn.dialect.name)(reference_paths)
+            .values(collection_id=collection.id, path=path.text, field_slug=path.field_slug)
+            .on_conflict_do_nothing(index_elements=[rp.collection_id, rp.path])
+            .returning(rp.path)
+        ).first()
+        if inserted is not None:
+            _rules_changed(conn, [collection])
+        return inserted is not None
+
+
+def remove_reference_path(bind: Bind, collection_slug: str, path_text: str) -> None:
+    with transaction(bind) as conn:
+        collection = _collection(conn, collection_slug)
+        removed = conn.execute(
+            reference_paths.delete()
+            .where(rp.collection_id == collection.id, rp.path == path_text)
+            .returning(rp.path)
+        ).first()
+        if removed is None:
+            raise RuleNotFound(
+                f"Collection {collection_slug!r} declares no reference path {path_text!r}."
+            )
+        _rules_changed(conn, [collection])
+
+
+def add_media_url_prefix(bind: Bind, prefix: str) -> bool:
+    """Store the (validated) prefix; ``False`` when it was already there."""
+    with transaction(bind) as conn:
+        inserted = conn.execute(
+            insert_factory_for(conn.dialect.name)(media_url_prefixes)
+            .values(prefix=prefix)
+            .on_conflict_do_nothing(index_elements=[media_url_prefixes.c.prefix])
+            .returning(media_url_prefixes.c.prefix)
+        ).first()
+        if inserted is not None:
+            _rules_changed(conn, _all_collections(conn))
+        return inserted is not None
+
+
+def remove_media_url_prefix(bind: Bind, prefix: str) -> None:
+    with transaction(bind) as conn:
+        removed = conn.execute(
+            media_url_prefixes.delete()
+            .where(media_url_prefixes.c.prefix == prefix)
+            .returning(media_url_prefixes.c.prefix)
+        ).first()
+        if removed is None:
+            raise RuleNotFound(f"No media URL prefix {prefix!r} is declared.")
+        _rules_changed(conn, _all_collections(conn))
+
+
+def read_declared_rules(bind: Bind) -> DeclaredRules:
+    with read_transaction(bind) as conn:
+        paths = conn.execute(
+            sa.select(collections.c.slug, rp.path)
+            .join(collections, collections.c.id == rp.collection_id)
+            .order_by(collections.c.slug, rp.path)
+        ).all()
+        return DeclaredRules([(slug, path) for slug, path in paths], read_media_url_prefixes(conn))
+
+
+def read_media_url_prefixes(conn: sa.Connection) -> list[str]:
+    statement = sa.select(media_url_prefixes.c.prefix).order_by(media_url_prefixes.c.prefix)
+    return list(conn.execute(statement).scalars())
+
+
+def _collection(conn: sa.Connection, slug: str) -> Collection:
+    row = conn.execute(
+        sa.select(collections.c.id, collections.c.slug, collections.c.label).where(
+            collections.c.slug == slug
+        )
+    ).first()
+    if row is None:
+        raise CollectionNotFound(f"No collection has slug {slug!r}.")
+    return Collection(*row)
+
+
+def _all_collections(conn: sa.Connection) -> list[Collection]:
+    rows = conn.execute(sa.select(collections.c.id, collections.c.slug, collections.c.label))
+    return [Collection(*row) for row in rows]
+
+
+def _rules_changed(conn: sa.Connection, changed: list[Collection]) -> None:
+    """A new rules revision for each collection, and its coverage out of ``complete``."""
+    for collection in changed:
+        insert = insert_factory_for(conn.dialect.name)(rules_state).values(
+            collection_id=collection.id, rules_revision=1, updated_at=db_now()
+        )
+        conn.execute(
+            insert.on_conflict_do_update(
+                index_elements=[r.collection_id],
+                set_={"rules_revision": r.rules_revision + 1, "updated_at": db_now()},
+            )
+        )
+        invalidate_coverage(conn, collection, ErrorCode.RULES_CHANGED)

@@ -1,0 +1,168 @@
+"""Operator overview: coverage, epoch and work backlog per collection (``media-usage status``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import sqlalchemy as sa
+
+from media_usage_worker.domain import coverage as coverage_rules
+from media_usage_worker.domain.rules import RulesState
+from media_usage_worker.domain.timestamps import seconds_between
+from media_usage_worker.domain.vocabulary import WorkState
+from media_usage_worker.repository.clock import db_now, is_due
+from media_usage_worker.repository.db import read_transaction
+from media_usage_worker.repository.rules import read_rules_states
+from media_usage_worker.repository.schema import (
+    ADAPTER_ID,
+    SCOPE_TYPE,
+    activation,
+    collections,
+    index_status,
+    occurrences,
+    sources,
+    work,
+)
+
+w = work.c
+st = index_status.c
+FAILED_SHOWN = 5
+
+
+@dataclass(frozen=True)
+class CollectionStatus:
+    slug: str
+    id: str
+    coverage: str
+    status: str | None
+    capture_state: str | None
+    change_epoch: int
+    reconciliation_required: bool
+    last_error_code: str | None
+    work: dict[str, int] = field(default_factory=dict)
+    oldest_due_age_seconds: float | None = None
+    failed: list[dict[str, Any]] = field(default_factory=list)
+    # The extraction rules the index was computed under, and the running ones.
+    rules: dict[str, str | None] = field(default_factory=dict)
+
+
+def overview(engine: sa.Engine) -> tuple[str, str, list[CollectionStatus]]:
+    """(activation state, aggregate coverage, per-collection details)."""
+    with read_transaction(engine) as conn:
+        now = conn.execute(sa.select(db_now())).scalar_one()
+        capture = conn.execute(sa.select(activation.c.state)).scalar_one_or_none() or "missing"
+        rows = conn.execute(
+            sa.select(
+                collections.c.slug,
+                collections.c.id,
+                st.status,
+                st.capture_state,
+                st.change_epoch,
+                st.reconciliation_required,
+                st.schema_version,
+                st.last_error_code,
+            )
+            .select_from(
+                collections.outerjoin(
+                    index_status,
+                    sa.and_(
+                        st.adapter_id == ADAPTER_ID,
+                        st.scope_type == SCOPE_TYPE,
+                        st.scope_key == collections.c.slug,
+                    ),
+                )
+            )
+            .order_by(collections.c.slug)
+        ).all()
+        rules_states = read_rules_states(conn)
+        counts: dict[str, dict[str, int]] = {}
+        for collection_id, state, count in conn.execute(
+            sa.select(w.collection_id, w.state, sa.func.count()).group_by(w.collection_id, w.state)
+        ):
+            counts.setdefault(collection_id, {})[state] = count
+        oldest = dict(
+            conn.execute(
+                sa.select(w.collection_id, sa.func.min(w.next_attempt_at))
+                .where(w.state.in_((WorkState.PENDING, WorkState.RETRY)), is_due(w.next_attempt_at))
+                .group_by(w.collection_id)
+            ).all()
+        )
+        failed: dict[str, list[dict[str, Any]]] = {}
+        for item in conn.execute(
+            sa.select(
+                w.collection_id, w.content_id, w.last_error_code, w.attempt_count, w.updated_at
+            )
+            .where(w.state == WorkState.FAILED)
+            .order_by(w.updated_at.desc(), w.content_id.desc())
+        ):
+            items = failed.setdefault(item.collection_id, [])
+            if len(items) < FAILED_SHOWN:
+                items.append(
+                    {
+                        "content_id": item.content_id,
+                        "error_code": item.last_error_code,
+                        "attempts": item.attempt_count,
+                        "updated_at": item.updated_at,
+                    }
+                )
+    details = []
+    for row in rows:
+        rules = rules_states.get(row.id, RulesState())
+        scope = coverage_rules.scope_status(
+            row.status, row.reconciliation_required, row.schema_version, rules.current
+        )
+        due = oldest.get(row.id)
+        details.append(
+            CollectionStatus(
+                slug=row.slug,
+                id=row.id,
+                coverage=scope,
+                status=row.status,
+                capture_state=row.capture_state,
+                change_epoch=int(row.change_epoch or 0),
+                reconciliation_required=bool(row.reconciliation_required),
+                last_error_code=row.last_error_code,
+                work={s: counts.get(row.id, {}).get(s, 0) for s in WorkState},
+                oldest_due_age_seconds=round(seconds_between(due, now), 3) if due else None,
+                failed=failed.get(row.id, []),
+                rules={"indexed_under": rules.indexed_under, "running": rules.running},
+            )
+        )
+    aggregate = coverage_rules.aggregate([d.coverage for d in details])
+    return capture, aggregate, details
+
+
+@dataclass(frozen=True)
+class IndexTotals:
+    entries: int
+    references: int
+
+
+def index_totals(engine: sa.Engine) -> dict[str, IndexTotals]:
+    """Per collection slug: entries with a current source, and their current occurrences."""
+    s, o = sources.c, occurrences.c
+    with read_transaction(engine) as conn:
+        entries: dict[str, int] = dict(
+            conn.execute(
+                sa.select(s.collection_slug, sa.func.count(sa.distinct(s.content_id))).group_by(
+                    s.collection_slug
+                )
+            ).all()
+        )
+        references: dict[str, int] = dict(
+            conn.execute(
+                sa.select(s.collection_slug, sa.func.count())
+                .select_from(
+                    sources.join(
+                        occurrences,
+                        sa.and_(o.source_key == s.source_key, o.generation == s.current_generation),
+                    )
+                )
+                .group_by(s.collection_slug)
+            ).all()
+        )
+    return {
+        slug: IndexTotals(int(count), int(references.get(slug, 0)))
+        for slug, count in entries.items()
+    }

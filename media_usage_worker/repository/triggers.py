@@ -1,0 +1,179 @@
+"""Capture triggers on ``ec_<slug>`` tables (docs/design.md §2), for SQLite and PostgreSQL.
+
+Each insert, update or delete of a content row, in the writer's own transaction: bumps the
+collection's ``change_epoch`` (``complete`` becomes ``stale``), aborts the write with
+``media usage capture inactive`` unless exactly one active status row with the registered
+identity exists, and upserts the entry's work row to ``pending`` with ``work_version + 1`` —
+even over a live lease, whose holder then loses every compare-and-set.
+
+This is trigger DDL, which SQLAlchemy Core cannot express, so it is SQL text. The only values
+spliced into it are the collection identity, validated here, and quoted as SQL literals.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+import sqlalchemy as sa
+
+from media_usage_worker.domain.errors import UnsafeIdentity
+from media_usage_worker.repository.content_tables import content_table_name
+
+CAPTURE_TRIGGER_VERSION = 1
+TRIGGER_PREFIX = "emdash_mu_"
+POSTGRES_FUNCTION = "emdash_media_usage_capture_work"
+EVENTS = (("ai", "INSERT", "NEW"), ("au", "UPDATE", "NEW"), ("ad", "DELETE", "OLD"))
+INACTIVE_MESSAGE = "media usage capture inactive"
+
+_SAFE_ID = re.compile(r"[0-9A-Za-z_-]{1,64}")
+_SAFE_SLUG = re.compile(r"[a-z][a-z0-9_]{0,62}")
+_SQLITE_NOW = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
+
+
+def trigger_names(collection_id: str, slug: str) -> dict[str, str]:
+    """emdash's names: ``emdash_mu_<first 16 bytes of sha256('1:<id>:<slug>') hex>_<event>``."""
+    digest = hashlib.sha256(f"{CAPTURE_TRIGGER_VERSION}:{collection_id}:{slug}".encode()).digest()
+    stem = f"{TRIGGER_PREFIX}{digest[:16].hex()}"
+    return {suffix: f"{stem}_{suffix}" for suffix, _, _ in EVENTS}
+
+
+def _checked(collection_id: str, slug: str) -> tuple[str, str]:
+    if not (isinstance(collection_id, str) and _SAFE_ID.fullmatch(collection_id)):
+        raise UnsafeIdentity(f"Collection id {collection_id!r} is not a safe identifier.")
+    if not (isinstance(slug, str) and _SAFE_SLUG.fullmatch(slug)):
+        raise UnsafeIdentity(f"Collection slug {slug!r} is not a safe identifier.")
+    return collection_id, slug
+
+
+_WORK_COLUMNS = (
+    "collection_id, collection_slug, content_id, change_epoch, work_version, state, "
+    "attempt_count, next_attempt_at, lease_token, lease_expires_at, last_attempted_at, "
+    "last_error_code, created_at, updated_at"
+)
+# Same reset as every other enqueue path; unconditional, so a live lease is fenced by version.
+_WORK_CONFLICT = """
+    ON CONFLICT (collection_id, content_id) DO UPDATE SET
+        collection_slug = excluded.collection_slug,
+        change_epoch = excluded.change_epoch,
+        work_version = _emdash_media_usage_work.work_version + 1,
+        state = 'pending',
+        attempt_count = 0,
+        next_attempt_at = excluded.next_attempt_at,
+        lease_token = NULL,
+        lease_expires_at = NULL,
+        last_attempted_at = NULL,
+        last_error_code = NULL,
+        updated_at = excluded.updated_at"""
+
+
+def _sqlite_trigger(name: str, event: str, row: str, table: str, cid: str, slug: str) -> str:
+    status_row = f"""adapter_id = 'content-media' AND scope_type = 'collection'
+            AND scope_key = '{slug}' AND collection_id = '{cid}' AND capture_state = 'active'"""
+    return f"""CREATE TRIGGER {name} AFTER {event} ON {table} FOR EACH ROW
+BEGIN
+    UPDATE _emdash_media_usage_index_status SET
+        change_epoch = change_epoch + 1,
+        status = CASE WHEN status = 'complete' THEN 'stale' ELSE status END,
+        completed_at = CASE WHEN status = 'complete' THEN NULL ELSE completed_at END,
+        updated_at = {_SQLITE_NOW}
+    WHERE {status_row}
+        AND EXISTS (SELECT 1 FROM _emdash_collections WHERE id = '{cid}' AND slug = '{slug}');
+    SELECT RAISE(ABORT, '{INACTIVE_MESSAGE}') WHERE changes() <> 1;
+    INSERT INTO _emdash_media_usage_work ({_WORK_COLUMNS})
+    SELECT '{cid}', '{slug}', {row}.id, change_epoch, 1, 'pending', 0, {_SQLITE_NOW},
+        NULL, NULL, NULL, NULL, {_SQLITE_NOW}, {_SQLITE_NOW}
+    FROM _emdash_media_usage_index_status WHERE {status_row}{_WORK_CONFLICT};
+END"""
+
+
+POSTGRES_FUNCTION_SQL = f"""
+CREATE OR REPLACE FUNCTION {POSTGRES_FUNCTION}() RETURNS trigger
+LANGUAGE plpgsql AS $capture$
+DECLARE
+    v_collection_id text := TG_ARGV[0];
+    v_slug text := TG_ARGV[1];
+    v_content_id text;
+    v_epoch bigint;
+    v_now text := to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"');
+BEGIN
+    IF TG_OP = 'DELETE' THEN v_content_id := OLD.id; ELSE v_content_id := NEW.id; END IF;
+    -- The row lock taken here also serialises concurrent writers' epoch bumps: none is lost.
+    UPDATE _emdash_media_usage_index_status AS s SET
+        change_epoch = s.change_epoch + 1,
+        status = CASE WHEN s.status = 'complete' THEN 'stale' ELSE s.status END,
+        completed_at = CASE WHEN s.status = 'complete' THEN NULL ELSE s.completed_at END,
+        updated_at = v_now
+    WHERE s.adapter_id = 'content-media' AND s.scope_type = 'collection'
+        AND s.scope_key = v_slug AND s.collection_id = v_collection_id
+        AND s.capture_state = 'active'
+        AND EXISTS (SELECT 1 FROM _emdash_collections AS c
+                    WHERE c.id = v_collection_id AND c.slug = v_slug)
+    RETURNING s.change_epoch INTO v_epoch;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION '{INACTIVE_MESSAGE}' USING ERRCODE = 'P0001';
+    END IF;
+    INSERT INTO _emdash_media_usage_work ({_WORK_COLUMNS})
+    VALUES (v_collection_id, v_slug, v_content_id, v_epoch, 1, 'pending', 0, v_now,
+        NULL, NULL, NULL, NULL, v_now, v_now){_WORK_CONFLICT};
+    RETURN NULL;
+END
+$capture$
+"""
+
+
+def _postgres_trigger(name: str, event: str, table: str, cid: str, slug: str) -> str:
+    return (
+        f"CREATE TRIGGER {name} AFTER {event} ON {table} FOR EACH ROW "
+        f"EXECUTE FUNCTION {POSTGRES_FUNCTION}('{cid}', '{slug}')"
+    )
+
+
+def owned_triggers(conn: sa.Connection, slug: str) -> list[str]:
+    """Names of every ``emdash_mu_`` trigger on ``ec_<slug>``."""
+    table = content_table_name(slug)
+    if conn.dialect.name == "postgresql":
+        query = sa.text(
+            "SELECT tgname FROM pg_trigger WHERE tgrelid = to_regclass(:t) AND NOT tgisinternal"
+        )
+    else:
+        query = sa.text("SELECT name FROM sqlite_master WHERE type = 'trigger' AND tbl_name = :t")
+    names = conn.execute(query, {"t": table}).scalars()
+    return sorted(n for n in names if n.startswith(TRIGGER_PREFIX))
+
+
+def _drop_owned(conn: sa.Connection, slug: str) -> None:
+    """Drop every ``emdash_mu_`` trigger on ``ec_<slug>``.
+
+    The names come from the catalog, where anyone who can create a trigger chose them, so each
+    is quoted as an identifier: a name is never read as SQL.
+    """
+    table = content_table_name(slug)
+    suffix = f" ON {table}" if conn.dialect.name == "postgresql" else ""
+    quote = conn.dialect.identifier_preparer.quote_identifier
+    for name in owned_triggers(conn, slug):
+        conn.exec_driver_sql(f"DROP TRIGGER IF EXISTS {quote(name)}{suffix}")
+
+
+def install(conn: sa.Connection, collection_id: str, slug: str) -> None:
+    """(Re)create the three capture triggers; drop any other ``emdash_mu_`` trigger on the table."""
+    cid, slug = _checked(collection_id, slug)
+    table = content_table_name(slug)
+    postgres = conn.dialect.name == "postgresql"
+    _drop_owned(conn, slug)
+    if postgres:
+        conn.exec_driver_sql(POSTGRES_FUNCTION_SQL)
+    names = trigger_names(cid, slug)
+    for suffix, event, row in EVENTS:
+        ddl = (
+            _postgres_trigger(names[suffix], event, table, cid, slug)
+            if postgres
+            else _sqlite_trigger(names[suffix], event, row, table, cid, slug)
+        )
+        conn.exec_driver_sql(ddl)
+
+
+def remove(conn: sa.Connection, slug: str) -> None:
+    """Drop every capture trigger on ``ec_<slug>`` (collection deletion)."""
+    _checked("x", slug)
+    _drop_owned(conn, slug)

@@ -1,0 +1,135 @@
+"""Sending work messages: ids only, short-lived, not sent twice at once, batched in a backlog.
+
+A message names an item and the version it was due at; the database decides everything else.
+A short-lived ledger key per (item, version) (``tasks.ledger``) keeps the tick from queueing
+the same item again while its message is still alive; the task drops the key when it finishes.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from celery import Celery
+from celery._state import get_current_task
+from kombu.exceptions import ChannelError
+
+from media_usage_worker.domain.vocabulary import WorkState
+from media_usage_worker.domain.work import WorkRecord
+from media_usage_worker.repository.work import MediaUsageWorkRepository
+from media_usage_worker.tasks import ledger, settings
+from media_usage_worker.tasks.app import app
+from media_usage_worker.tasks.engines import get_engine
+from media_usage_worker.tasks.settings import broker_folder, queue_name
+
+log = logging.getLogger(__name__)
+# Work messages go behind control messages (ticks, reconciliation): on Redis, priority 0 (the
+# default, used by the beat entries) is consumed first, so a backlog never delays the next tick.
+# A single item (the fast path, a tick with no backlog) goes ahead of a backfill's batches, so
+# one write is indexed within the fast-path latency while thousands drain.
+ITEM_PRIORITY = 3
+BATCH_PRIORITY = 6
+
+
+def sending_app() -> Celery:
+    """The app whose broker work messages go to: the running task's, when a task of this
+    project runs (on this project's app, or a host's it was bound onto), else this project's."""
+    task = get_current_task()
+    if task is not None and str(task.name).startswith("media_usage."):
+        return task.app
+    return app
+
+
+def _ledger() -> ledger.Ledger:
+    return ledger.for_broker(sending_app().conf.broker_url or "", broker_folder())
+
+
+def queued_messages() -> int | None:
+    """Messages waiting in the work queue (all priorities); ``None`` when the broker can't say."""
+    try:
+        with sending_app().connection_for_write() as conn:
+            declared = conn.default_channel.queue_declare(queue=queue_name(), passive=True)
+        return int(declared.message_count)
+    except ChannelError:
+        return 0  # Redis keeps no empty lists: a queue that "does not exist" is empty
+    except Exception:  # the depth is advisory: never fail a tick over it
+        log.debug("could not read the queue depth", exc_info=True)
+        return None
+
+
+def release(items: Sequence[tuple[str, str, int]]) -> None:
+    """Forget the items' dispatch keys so their next due time is honoured at once."""
+    _ledger().release([ledger.dispatch_key(*item) for item in items])
+
+
+def send(items: Sequence[WorkRecord], ttl: int | None = None) -> list[str]:
+    """Send the items not already in flight; returns, per item sent, the id of its message.
+
+    More than ``MEDIA_USAGE_BATCH_THRESHOLD`` items go as ``process_batch`` messages of up to
+    ``MEDIA_USAGE_BATCH_SIZE`` items of one collection; fewer go one message each.
+    """
+    ttl = ttl or settings.dispatch_ttl_seconds()
+    reserved = _ledger().reserve(
+        [ledger.dispatch_key(i.collection_id, i.content_id, i.work_version) for i in items], ttl
+    )
+    todo = [item for item, go in zip(items, reserved, strict=True) if go]
+    options = {"expires": ttl, "queue": queue_name(), "ignore_result": True}
+    sent: list[str] = []
+    sender = sending_app()
+    # By name: the same messages whether the tasks run on this project's app or a host's.
+    with sender.producer_or_acquire() as producer:
+        if len(todo) <= settings.batch_threshold():
+            for item in todo:
+                result = sender.send_task(
+                    "media_usage.process_work",
+                    args=(item.collection_id, item.content_id, item.work_version),
+                    producer=producer, priority=ITEM_PRIORITY, **options,
+                )  # fmt: skip
+                sent.append(result.id)
+        else:
+            for batch in _batches(todo, settings.batch_size()):
+                ids = [[i.collection_id, i.content_id, i.work_version] for i in batch]
+                result = sender.send_task(
+                    "media_usage.process_batch",
+                    args=(ids,), producer=producer, priority=BATCH_PRIORITY, **options,
+                )  # fmt: skip
+                sent += [result.id] * len(batch)
+    return sent
+
+
+def _batches(items: list[WorkRecord], size: int) -> list[list[WorkRecord]]:
+    """Items grouped by collection, in runs of at most ``size``."""
+    by_collection: dict[str, list[WorkRecord]] = {}
+    for item in items:
+        by_collection.setdefault(item.collection_id, []).append(item)
+    return [
+        group[start : start + size]
+        for group in by_collection.values()
+        for start in range(0, len(group), size)
+    ]
+
+
+def after_write(collection_slug: str, content_id: str) -> str | None:
+    """Fast path for host apps: call after committing a content write to index it now.
+
+    Returns the id of the message sent, or ``None`` when there is nothing to do (capture not
+    active, no work row, or the item is already in flight) or nothing could be done. It never
+    raises into the host: the write is already captured in the work table, so a broker or
+    database that is down, or a bad argument, costs only the head start (the next tick sends
+    the item); it is logged as a warning.
+    """
+    try:
+        record = MediaUsageWorkRepository(get_engine()).find_work_for_content(
+            collection_slug, content_id
+        )
+        if record is None or record.state in (WorkState.FAILED, WorkState.LEASED):
+            return None
+        sent = send([record])
+    except Exception as exc:
+        log.warning(
+            "media usage after_write could not dispatch (the next tick will): %s: %s",
+            type(exc).__name__,
+            str(exc)[:200],
+        )
+        return None
+    return sent[0] if sent else None

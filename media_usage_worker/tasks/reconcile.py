@@ -1,0 +1,32 @@
+"""``media_usage.reconcile_tick``: bounded reconciliation work on its own beat entry."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from celery import Task
+
+from media_usage_worker.pipeline.reconciliation import Reconciler
+from media_usage_worker.tasks import settings
+from media_usage_worker.tasks.app import media_usage_task
+from media_usage_worker.tasks.engines import migrated_engine
+from media_usage_worker.tasks.events import emit
+
+
+@media_usage_task("media_usage.reconcile_tick", bind=True)
+def reconcile_tick(self: Task) -> dict[str, Any]:
+    """Advance every collection that needs reconciling by a bounded number of pages."""
+    engine = migrated_engine()
+    if engine is None:
+        return {"steps": 0, "schema": "not migrated"}
+    reports = Reconciler(engine, defer_seconds=settings.reconcile_defer_seconds()).tick()
+    summary = {
+        "steps": len(reports),
+        "pages_enqueued": sum(1 for r in reports if r.action == "enqueued"),
+        "ids_enqueued": sum(r.enqueued for r in reports),
+        "actions": dict(Counter(r.action for r in reports)),
+        "collections": sorted({r.collection_slug for r in reports}),
+    }
+    emit(self, "task-media-usage-reconcile", summary)
+    return summary

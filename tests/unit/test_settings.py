@@ -1,0 +1,68 @@
+"""Every setting is checked when a worker or beat starts (issue 22): a bad value is named, with
+what is allowed, on one line; nothing falls back to a default in silence."""
+
+from __future__ import annotations
+
+import pytest
+
+from media_usage_worker.domain.errors import InvalidSetting
+from media_usage_worker.tasks import settings
+
+
+@pytest.fixture(autouse=True)
+def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in list(settings.os.environ):
+        if name.startswith("MEDIA_USAGE_"):
+            monkeypatch.delenv(name)
+
+
+def test_the_defaults_are_valid() -> None:
+    settings.check_all()
+    assert (settings.tick_seconds(), settings.batch_size(), settings.queue_name()) == (
+        5, 50, "media_usage",
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "says"),
+    [
+        ("MEDIA_USAGE_TICK_SECONDS", "abc", "MEDIA_USAGE_TICK_SECONDS must be a positive whole"),
+        ("MEDIA_USAGE_RECONCILE_SECONDS", "0", "MEDIA_USAGE_RECONCILE_SECONDS must be a positive"),
+        ("MEDIA_USAGE_LEASE_SECONDS", "-5", "MEDIA_USAGE_LEASE_SECONDS must be a positive"),
+        ("MEDIA_USAGE_BATCH_SIZE", "500", "MEDIA_USAGE_BATCH_SIZE must be from 1 to 100, not 500"),
+        ("MEDIA_USAGE_MAX_OCCURRENCES", "1e6", "MEDIA_USAGE_MAX_OCCURRENCES must be a positive"),
+        ("MEDIA_USAGE_RECONCILE_DEFER_SECONDS", "x", "MEDIA_USAGE_RECONCILE_DEFER_SECONDS must"),
+        ("MEDIA_USAGE_TASK_TIME_LIMIT", "9000", "MEDIA_USAGE_TASK_TIME_LIMIT must be at most"),
+        ("MEDIA_USAGE_QUEUE", "media usage", "MEDIA_USAGE_QUEUE must be 1 to 200 letters"),
+        ("MEDIA_USAGE_QUEUE", "q*", "MEDIA_USAGE_QUEUE must be"),
+        ("MEDIA_USAGE_BROKER_URL", "localhost:6379", "MEDIA_USAGE_BROKER_URL must be a broker URL"),
+        ("MEDIA_USAGE_BROKER_URL", "filesystem://", "needs MEDIA_USAGE_BROKER_FOLDER"),
+        ("MEDIA_USAGE_DATABASE_URL", "mysql://x/y", "MEDIA_USAGE_DATABASE_URL: "),
+    ],
+)
+def test_a_bad_value_is_named_with_what_is_allowed(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str, says: str
+) -> None:
+    monkeypatch.setenv(name, value)
+    with pytest.raises(InvalidSetting) as refused:
+        settings.check_all()
+    message = str(refused.value)
+    assert says in message
+    assert "\n" not in message
+
+
+def test_every_bad_value_is_named_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MEDIA_USAGE_TICK_SECONDS", "abc")
+    monkeypatch.setenv("MEDIA_USAGE_LEASE_SECONDS", "0")  # also the dispatch TTL's default
+    with pytest.raises(InvalidSetting) as refused:
+        settings.check_all()
+    message = str(refused.value)
+    assert message.count("MEDIA_USAGE_TICK_SECONDS") == 1
+    assert message.count("MEDIA_USAGE_LEASE_SECONDS") == 1
+
+
+def test_import_time_reads_fall_back_only_for_the_import(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MEDIA_USAGE_TICK_SECONDS", "abc")
+    assert settings.or_default(settings.tick_seconds, 5) == 5
+    with pytest.raises(InvalidSetting):
+        settings.tick_seconds()
