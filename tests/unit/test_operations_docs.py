@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -25,7 +26,33 @@ def test_every_stored_error_code_has_a_runbook_row(code: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "heading", ["## Reconciliation", "## Upgrading", "## Deactivating and uninstalling"]
+    "heading",
+    [
+        "## Reconciliation",
+        "## Upgrading",
+        "## Deactivating and uninstalling",
+        "## Beside an existing Celery app",
+    ],
 )
 def test_the_operator_sections_exist(heading: str) -> None:
     assert f"\n{heading}\n" in OPERATIONS
+
+
+SETTINGS_SOURCES = ["media_usage_worker/tasks/settings.py", "media_usage_worker/domain/policy.py"]
+
+
+@pytest.mark.parametrize(
+    "name",
+    sorted(
+        {
+            name
+            for source in SETTINGS_SOURCES
+            for name in re.findall(
+                r'"(MEDIA_USAGE_[A-Z_]+)"',
+                (Path(__file__).resolve().parents[2] / source).read_text(),
+            )
+        }
+    ),
+)
+def test_every_setting_is_documented(name: str) -> None:
+    assert f"`{name}`" in OPERATIONS
