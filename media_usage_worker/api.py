@@ -108,9 +108,12 @@ class MediaUsage:
         count = self.usage_count(media_id)
         return None if count is None else count == 0
 
-    def usage(self, media_id: str, *, limit: int = 50, cursor: str | None = None) -> UsagePage:
+    def usage(
+        self, media_id: str, *, limit: int | None = None, cursor: str | None = None
+    ) -> UsagePage:
         """One page of the entries using ``media_id`` (trashed ones included, with
-        ``deleted_at``), by collection slug and content id; pass ``next_cursor`` on."""
+        ``deleted_at``), by collection slug and content id, ``limit`` (1 to 100, default 50)
+        at a time; pass ``next_cursor`` on."""
         check.identifier(media_id, "A media id is required.")
         decode_cursor(cursor, SLUG_ORDER)
         return usage_store.usage_page(self._engine, media_id, limit=limit, cursor=cursor)

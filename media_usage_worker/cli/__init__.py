@@ -3,14 +3,14 @@
 Exit codes: 0 success; 1 an outcome that is not success (refused, not found, conflict, database
 unreachable or unmigrated); 2 bad usage. Errors are one line on stderr, never a traceback.
 One module per group of commands: ``database``, ``content`` (collections), ``rules``, ``work``,
-``reports``, ``demo``; ``common`` holds what they share.
+``reports``, ``serve``, ``demo``; ``common`` holds what they share.
 """
 
 from __future__ import annotations
 
 import click
 
-from media_usage_worker.cli import content, database, demo, reports, rules, work
+from media_usage_worker.cli import content, database, demo, reports, rules, serve, work
 
 
 @click.group()
@@ -30,5 +30,6 @@ for command in (
     reports.status_command,
     reports.usage_command,
     demo.demo_command,
+    serve.serve_command,
 ):
     main.add_command(command)

@@ -88,6 +88,7 @@ _WHY = {
     ErrorCode.RULES_CHANGED: "extraction rules changed",
     ErrorCode.STALE: "fields or capture changed",
     ErrorCode.REPAIR_CONFLICT: "a write raced the repair",
+    ErrorCode.REINDEX_REQUESTED: "re-index requested",
     ErrorCode.RECONCILIATION_ENTRY_FAILED: "entries failed",
     ErrorCode.RECONCILIATION_FAILED: "reconciliation failed",
 }

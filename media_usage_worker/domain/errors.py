@@ -80,6 +80,10 @@ class UnsafeIdentity(InvalidArgument):
     """A collection identity that cannot be baked into trigger SQL."""
 
 
+class CaptureInactive(MediaUsageError):
+    """Capture is not active (run media-usage activate first); nothing was changed."""
+
+
 class ActivationError(MediaUsageError):
     """Incremental capture could not be activated; nothing was changed."""
 

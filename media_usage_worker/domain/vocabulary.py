@@ -104,6 +104,9 @@ class ErrorCode(StrEnum):
     RULES_CHANGED = "MEDIA_USAGE_RULES_CHANGED"
     # a repair that a concurrent write overtook
     REPAIR_CONFLICT = "CONTENT_USAGE_REPAIR_CONFLICT"
+    # own: an operator asked for the collection to be re-indexed (POST .../repair); the
+    # reconciliation does it
+    REINDEX_REQUESTED = "MEDIA_USAGE_REINDEX_REQUESTED"
 
 
 class RefreshCode(StrEnum):

@@ -22,6 +22,7 @@ from media_usage_worker.domain.content_model import (
     validate_label,
 )
 from media_usage_worker.domain.errors import (
+    CaptureInactive,
     CollectionExists,
     CollectionNotFound,
     FieldExists,
@@ -269,6 +270,31 @@ def invalidate_coverage(conn: sa.Connection, collection: Collection, code: Error
             f"Collection {collection.slug!r} has no active capture status row; the change was "
             "aborted so coverage cannot silently stay complete."
         )
+
+
+def request_reindex(bind: Bind, slug: str) -> int:
+    """Take the collection out of ``complete`` so the reconciliation re-indexes every entry;
+    returns the new change epoch. Refused, changing nothing, before activation
+    (``CaptureInactive``) or for an unknown slug (``CollectionNotFound``)."""
+    validate_collection_slug(slug)
+    with transaction(bind) as conn:
+        row = conn.execute(
+            sa.select(collections.c.id, collections.c.slug, collections.c.label).where(
+                collections.c.slug == slug
+            )
+        ).first()
+        if row is None:
+            raise CollectionNotFound(f"No collection has slug {slug!r}.")
+        if not activation.is_activation_active(conn):
+            raise CaptureInactive()
+        collection = Collection(*row)
+        invalidate_coverage(conn, collection, ErrorCode.REINDEX_REQUESTED)
+        epoch = conn.execute(
+            sa.select(index_status.c.change_epoch).where(
+                index_status.c.collection_id == collection.id
+            )
+        ).scalar_one()
+    return int(epoch)
 
 
 def is_registered(bind: Bind, collection_id: str, slug: str) -> bool:

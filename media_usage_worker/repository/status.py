@@ -21,12 +21,14 @@ from media_usage_worker.repository.schema import (
     collections,
     index_status,
     occurrences,
+    reconciliations,
     sources,
     work,
 )
 
 w = work.c
 st = index_status.c
+rc = reconciliations.c
 FAILED_SHOWN = 5
 
 
@@ -45,6 +47,8 @@ class CollectionStatus:
     failed: list[dict[str, Any]] = field(default_factory=list)
     # The extraction rules the index was computed under, and the running ones.
     rules: dict[str, str | None] = field(default_factory=dict)
+    # The collection's reconciliation run, if one exists: its state, phase and attempts.
+    reconciliation: dict[str, Any] | None = None
 
 
 def overview(engine: sa.Engine) -> tuple[str, str, list[CollectionStatus]]:
@@ -88,6 +92,16 @@ def overview(engine: sa.Engine) -> tuple[str, str, list[CollectionStatus]]:
                 .group_by(w.collection_id)
             ).all()
         )
+        runs = {
+            row.collection_id: {
+                "state": row.state,
+                "phase": row.phase,
+                "attempts": row.attempt_count,
+            }
+            for row in conn.execute(
+                sa.select(rc.collection_id, rc.state, rc.phase, rc.attempt_count)
+            )
+        }
         failed: dict[str, list[dict[str, Any]]] = {}
         for item in conn.execute(
             sa.select(
@@ -127,6 +141,7 @@ def overview(engine: sa.Engine) -> tuple[str, str, list[CollectionStatus]]:
                 oldest_due_age_seconds=round(seconds_between(due, now), 3) if due else None,
                 failed=failed.get(row.id, []),
                 rules={"indexed_under": rules.indexed_under, "running": rules.running},
+                reconciliation=runs.get(row.id),
             )
         )
     aggregate = coverage_rules.aggregate([d.coverage for d in details])

@@ -1,0 +1,32 @@
+"""Bearer-token checks: operator endpoints always need ``MEDIA_USAGE_API_TOKEN``; read
+endpoints too unless ``MEDIA_USAGE_API_PUBLIC_READS=1``. With no token configured, whatever
+needs one is refused with 403 and the reason (fail closed)."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+
+from fastapi import Request
+
+from media_usage_worker.http.errors import ApiError
+from media_usage_worker.http.settings import ApiSettings
+
+_CHALLENGE = {"WWW-Authenticate": 'Bearer realm="media-usage"'}
+
+
+def check(request: Request, settings: ApiSettings, *, operator: bool) -> None:
+    """Raise ``ApiError`` (401 or 403) unless the request may go on."""
+    if not operator and settings.public_reads:
+        return
+    if settings.token is None:
+        how = "" if operator else ", or MEDIA_USAGE_API_PUBLIC_READS=1 for read endpoints"
+        raise ApiError(
+            403, "forbidden", f"MEDIA_USAGE_API_TOKEN is not set: this endpoint is disabled{how}."
+        )
+    scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    # Digests of both, compared in constant time: neither the token nor its length leaks.
+    expected = hashlib.sha256(settings.token.encode()).digest()
+    offered = hashlib.sha256(given.strip().encode("utf-8", "surrogateescape")).digest()
+    if scheme.lower() != "bearer" or not hmac.compare_digest(offered, expected):
+        raise ApiError(401, "unauthorized", "A valid bearer token is required.", _CHALLENGE)
