@@ -1,4 +1,4 @@
-# One image for every service of docker-compose.yml: migrate, worker, beat and flower.
+# One image for every service of docker-compose.yml: migrate, worker, beat, flower and api.
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1
@@ -7,7 +7,7 @@ COPY pyproject.toml README.md beat_schedule.py ./
 COPY repository ./repository
 COPY tasks ./tasks
 COPY media_usage_worker ./media_usage_worker
-RUN pip install '.[flower]' \
+RUN pip install '.[flower,api]' \
     && useradd --system --home-dir /app --shell /usr/sbin/nologin media-usage
 # Celery refuses to be comfortable as root; nothing here needs it.
 USER media-usage

@@ -34,7 +34,7 @@ from tests.processes import wait_for, work_rows
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
 SERVICES = COMPOSE["services"]
-APP_SERVICES = ("migrate", "worker", "beat", "flower")
+APP_SERVICES = ("migrate", "worker", "beat", "flower", "api")
 _VARIABLE = re.compile(r"(?<!\$)\$\{(\w+)(?:(:-|:\?)([^}]*))?\}")
 # What an operator would put in .env for a quick local run.
 DOTENV = {"MEDIA_USAGE_TICK_SECONDS": "1", "FLOWER_BASIC_AUTH": "ops:s3cret"}
@@ -81,7 +81,7 @@ def healthcheck(name: str, env: dict[str, str], port: int | None = None) -> bool
     ``python`` are this virtualenv's, first on PATH as they are in the image)."""
     kind, *argv = [interpolate(str(part), DOTENV) for part in SERVICES[name]["healthcheck"]["test"]]
     if port is not None:
-        argv = [part.replace(":5555/", f":{port}/") for part in argv]
+        argv = [re.sub(r":(5555|8080)/", f":{port}/", part) for part in argv]
     if kind == "CMD-SHELL":
         argv = ["sh", "-c", *argv]
     path = f"{Path(sys.executable).parent}:{os.environ['PATH']}"
@@ -94,7 +94,7 @@ def test_the_services_are_wired_as_production_needs() -> None:
     assert "healthcheck" in SERVICES["postgres"] and "healthcheck" in SERVICES["redis"]
     assert "postgres-data:/var/lib/postgresql/data" in SERVICES["postgres"]["volumes"]
     assert SERVICES["migrate"]["depends_on"] == {"postgres": {"condition": "service_healthy"}}
-    for name in ("worker", "beat", "flower"):
+    for name in ("worker", "beat", "flower", "api"):
         depends: dict[str, Any] = SERVICES[name]["depends_on"]
         assert depends["migrate"] == {"condition": "service_completed_successfully"}
         assert depends["postgres"] == depends["redis"] == {"condition": "service_healthy"}
@@ -102,13 +102,14 @@ def test_the_services_are_wired_as_production_needs() -> None:
     assert [n for n in SERVICES if "build" in SERVICES[n]] == ["migrate"]
     assert SERVICES["migrate"]["build"] == "." and (ROOT / "Dockerfile").is_file()
     assert len({SERVICES[n]["image"] for n in APP_SERVICES}) == 1
-    assert all(SERVICES[n]["pull_policy"] == "never" for n in ("worker", "beat", "flower"))
+    assert all(SERVICES[n]["pull_policy"] == "never" for n in ("worker", "beat", "flower", "api"))
     assert SERVICES["worker"]["command"][:6] == ["celery", "-A", "tasks", "worker", "-Q",
                                                  "${MEDIA_USAGE_QUEUE:-media_usage}"]  # fmt: skip
     assert "-E" in SERVICES["worker"]["command"]
-    assert all("healthcheck" in SERVICES[n] for n in ("worker", "beat", "flower"))
+    assert all("healthcheck" in SERVICES[n] for n in ("worker", "beat", "flower", "api"))
     assert SERVICES["flower"]["ports"] == ["5555:5555"]
-    assert "'.[flower]'" in (ROOT / "Dockerfile").read_text()
+    assert SERVICES["api"]["ports"] == ["8080:8080"]
+    assert "'.[flower,api]'" in (ROOT / "Dockerfile").read_text()
     # Flower is never served without basic auth: compose refuses to start without it.
     with pytest.raises(LookupError):
         interpolate(SERVICES["flower"]["environment"]["FLOWER_BASIC_AUTH"], {})
@@ -185,6 +186,13 @@ def test_every_service_command_runs_against_real_servers(
         # Flower answers only with the credentials of FLOWER_BASIC_AUTH.
         assert _status(f"http://127.0.0.1:{port}/api/workers") == 401
         assert _status(f"http://127.0.0.1:{port}/api/workers", DOTENV["FLOWER_BASIC_AUTH"]) == 200
+        # The API: ready once the database answers; with no token in .env it fails closed.
+        argv, env = apps["api"]
+        port = _free_port()
+        argv = [part if part != "8080" else str(port) for part in argv]
+        _start(started, argv, env, tmp_path / "api.log")
+        wait_for(lambda: healthcheck("api", env, port), timeout=60, interval=0.5)
+        assert _status(f"http://127.0.0.1:{port}/v1/status") == 403
         # The worker's check pings this very node: once it is gone, the check fails.
         os.killpg(started[0].pid, signal.SIGKILL)
         started[0].wait(timeout=30)

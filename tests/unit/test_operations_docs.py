@@ -38,7 +38,11 @@ def test_the_operator_sections_exist(heading: str) -> None:
     assert f"\n{heading}\n" in OPERATIONS
 
 
-SETTINGS_SOURCES = ["media_usage_worker/tasks/settings.py", "media_usage_worker/domain/policy.py"]
+SETTINGS_SOURCES = [
+    "media_usage_worker/tasks/settings.py",
+    "media_usage_worker/domain/policy.py",
+    "media_usage_worker/http/settings.py",
+]
 
 
 @pytest.mark.parametrize(
