@@ -223,6 +223,9 @@ def test_bad_requests_are_refused_in_json_and_change_nothing(api: Api, db: sa.En
         assert 400 <= reply.status < 500, (method, path, reply.status, reply.text[:200])
         error = reply.json["error"]
         assert set(error) == {"code", "message"} and "Traceback" not in reply.text, path
+    # Bytes that are not UTF-8 reach the handler as replacement characters: an odd id, answered.
+    for path in ("/v1/media/%ff%fe/usage", "/v1/media/%ED%A0%80/usage"):
+        assert api.get(path).status == 200
     assert snapshot(db) == before
 
 
