@@ -18,13 +18,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import sqlalchemy as sa
 
 from media_usage_worker.domain import validation as check
 from media_usage_worker.domain.cursor import SLUG_ORDER, decode_cursor
 from media_usage_worker.domain.errors import InvalidArgument
+from media_usage_worker.repository import deletions as deletion_store
 from media_usage_worker.repository import status as status_store
 from media_usage_worker.repository import usage as usage_store
 from media_usage_worker.repository.db import create_engine, read_transaction
@@ -57,11 +59,13 @@ class UsageCounts:
 
 @dataclass(frozen=True)
 class StatusOverview:
-    """Capture state, aggregate coverage, and each collection's coverage, work and failures."""
+    """Capture state, aggregate coverage, each collection's coverage, work and failures, and
+    the collection deletions under way (each: slug, state, phase, attempts, last error)."""
 
     capture: str
     coverage: str
     collections: list[CollectionStatus]
+    deletions: list[dict[str, Any]] = field(default_factory=list)
 
 
 class MediaUsage:
@@ -121,4 +125,5 @@ class MediaUsage:
     def status(self) -> StatusOverview:
         """What ``media-usage status`` shows: capture, coverage, work counts, failures."""
         capture, coverage, collections = status_store.overview(self._engine)
-        return StatusOverview(capture, coverage, collections)
+        under_way = [t.shown() for t in deletion_store.standing(self._engine)]
+        return StatusOverview(capture, coverage, collections, under_way)

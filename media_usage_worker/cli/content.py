@@ -1,4 +1,5 @@
-"""``collections create`` and ``collections list``: the content collections."""
+"""``collections create`` and ``collections list``: the content collections (deleting one is
+``cli.deletions``)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Any
 
 import click
 
+from media_usage_worker.cli import deletions
 from media_usage_worker.cli.common import (
     database_url_option,
     handle_errors,
@@ -119,3 +121,8 @@ def collections_list(as_json: bool, database_url: str) -> None:
             for row in rows
         ],
     )
+
+
+for _command in (deletions.collections_delete, deletions.collections_deletions,
+                 deletions.collections_retry_deletion):  # fmt: skip
+    collections.add_command(_command)

@@ -44,6 +44,7 @@ def status_command(as_json: bool, check: bool, max_age: int, database_url: str) 
     with open_engine(database_url) as engine:
         overview = MediaUsage(engine).status()
     capture, aggregate, details = overview.capture, overview.coverage, overview.collections
+    deletions = overview.deletions
     if as_json:
         click.echo(
             json.dumps(
@@ -51,13 +52,17 @@ def status_command(as_json: bool, check: bool, max_age: int, database_url: str) 
                     "capture": capture,
                     "coverage": aggregate,
                     "collections": [asdict(d) for d in details],
+                    "deletions": deletions,
                 },
                 indent=2,
             )
         )
     else:
         _print_status(capture, aggregate, details)
+        _print_deletions(deletions)
     problems = [problem for d in details for problem in _status_problems(d, max_age)]
+    problems += [f"deletion of {d['collection_slug']} failed" for d in deletions
+                 if d["state"] == "failed"]  # fmt: skip
     if check and problems:
         raise Outcome("; ".join(problems))
 
@@ -81,6 +86,16 @@ def _print_status(capture: str, aggregate: str, details: list[Any]) -> None:
     if failed:
         click.echo("")
         table(["FAILED IN", "CONTENT", "ERROR", "ATTEMPTS", "UPDATED"], failed)
+
+
+def _print_deletions(deletions: list[dict[str, Any]]) -> None:
+    if deletions:
+        click.echo("")
+        table(
+            ["DELETING", "STATE", "PHASE", "ATTEMPTS", "ERROR", "UPDATED"],
+            [[d["collection_slug"], d["state"], d["phase"], d["attempt_count"],
+              d["last_error_code"], d["updated_at"]] for d in deletions],
+        )  # fmt: skip
 
 
 # Why coverage is not complete, as the status row's code says it.

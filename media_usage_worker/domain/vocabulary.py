@@ -34,6 +34,34 @@ class ReconciliationPhase(StrEnum):
     SOURCES = "sources"
 
 
+# ``_emdash_media_usage_collection_deletions.state``: a tombstone is leased, retried and failed
+# as a work row is.
+DeletionState = WorkState
+
+
+class DeletionPhase(StrEnum):
+    """A collection deletion's phases, in order (docs/design.md, "Deleting a collection").
+
+    The first three run in the deleting call; the rest run in batches as Celery work.
+    """
+
+    FENCE = "fence"
+    REGISTRY = "registry"
+    TABLE = "table"
+    WORK = "work"
+    SOURCES = "sources"
+    STATUS = "status"
+    FINALIZE = "finalize"
+
+
+class DeletionOutcome(StrEnum):
+    """What deleting a collection answered."""
+
+    DELETED = "deleted"  # the front phases are done; the rest follows as work
+    IN_PROGRESS = "in_progress"  # another caller holds the deletion now
+    HAS_CONTENT = "has_content"  # entries remain and the deletion was not forced: nothing changed
+
+
 class CaptureState(StrEnum):
     """``_emdash_index_status.capture_state`` (NULL before activation)."""
 
@@ -107,6 +135,8 @@ class ErrorCode(StrEnum):
     # own: an operator asked for the collection to be re-indexed (POST .../repair); the
     # reconciliation does it
     REINDEX_REQUESTED = "MEDIA_USAGE_REINDEX_REQUESTED"
+    # a collection deletion's step failed (retried, then failed for good)
+    COLLECTION_DELETION_FAILED = "MEDIA_USAGE_COLLECTION_DELETION_FAILED"
 
 
 class RefreshCode(StrEnum):

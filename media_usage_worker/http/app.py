@@ -20,14 +20,17 @@ from media_usage_worker.domain import validation as check
 from media_usage_worker.domain.content_model import validate_collection_slug
 from media_usage_worker.domain.cursor import decode_cursor
 from media_usage_worker.domain.errors import InvalidArgument
-from media_usage_worker.domain.vocabulary import RetryOutcome
+from media_usage_worker.domain.vocabulary import DeletionOutcome, RetryOutcome
 from media_usage_worker.http import errors, security
 from media_usage_worker.http.errors import ApiError
 from media_usage_worker.http.metrics import IndexCollector
 from media_usage_worker.http.settings import MAX_BODY_BYTES, ApiSettings
+from media_usage_worker.pipeline.deletion import delete_collection
 from media_usage_worker.repository.activation import is_activation_active
 from media_usage_worker.repository.collections import CollectionRegistry, request_reindex
 from media_usage_worker.repository.db import read_transaction
+from media_usage_worker.repository.deletions import page as deletion_page
+from media_usage_worker.repository.deletions import reopen as reopen_deletion
 from media_usage_worker.repository.migrate import schema_problem
 from media_usage_worker.repository.work import MediaUsageWorkRepository
 
@@ -125,6 +128,7 @@ def create_app(engine: sa.Engine, settings: ApiSettings) -> FastAPI:
             "capture": overview.capture,
             "coverage": overview.coverage,
             "collections": [asdict(c) for c in overview.collections],
+            "deletions": overview.deletions,
         }
 
     @app.get("/metrics", dependencies=read)
@@ -200,6 +204,49 @@ def create_app(engine: sa.Engine, settings: ApiSettings) -> FastAPI:
             },
             status_code=202,
         )
+
+    @app.delete("/v1/collections/{slug}", dependencies=operate)
+    async def delete(slug: str, force: str | None = None) -> JSONResponse:
+        """Delete a collection: 202 once its content is gone (the rest follows as work);
+        409 ``has_content`` (pass ``force=true``) or ``in_progress``."""
+        checked = validate_collection_slug(slug)
+        if force not in (None, "true", "false", "1", "0"):
+            raise InvalidArgument("force must be true or false.")
+        forced = force in ("true", "1")
+        result = await run_in_threadpool(delete_collection, engine, checked, force=forced)
+        body = {"collection": checked, "outcome": result.outcome, "phase": result.phase,
+                "state": result.state, "follow": "/v1/status"}  # fmt: skip
+        if result.outcome == DeletionOutcome.DELETED:
+            return JSONResponse(body, status_code=202)
+        message = (
+            f"Collection {checked!r} still has entries; nothing was changed (force=true "
+            "deletes them)."
+            if result.outcome == DeletionOutcome.HAS_CONTENT
+            else f"Another caller holds the deletion of {checked!r} (phase {result.phase})."
+        )
+        raise ApiError(409, str(result.outcome), message)
+
+    @app.get("/v1/deletions", dependencies=operate)
+    def deletion_list(
+        state: str | None = "failed", limit: str | None = None, cursor: str | None = None
+    ) -> dict[str, Any]:
+        """Collection deletions by state (default ``failed``; ``all``), newest change first."""
+        wanted = None if state == "all" else check.work_state(state)
+        decode_cursor(cursor)
+        found = deletion_page(engine, wanted, _limit(limit) or 50, cursor)
+        return {"deletions": [t.shown() for t in found.items], "next_cursor": found.next_cursor}
+
+    @app.post("/v1/deletions/retry", dependencies=operate)
+    async def deletion_retry(request: Request) -> JSONResponse:
+        """Make a failed, retrying or abandoned deletion due now: ``{"collection": slug}``."""
+        body = await _json_object(request, {"collection"})
+        slug = validate_collection_slug(body.get("collection"))
+        reopened = await run_in_threadpool(reopen_deletion, engine, slug)
+        if reopened is None:
+            raise ApiError(
+                404, "deletion_not_found", f"No deletion of {slug!r} to retry (none, or running)."
+            )
+        return JSONResponse({"collection": slug, "phase": reopened.phase, "state": reopened.state})
 
     return app
 

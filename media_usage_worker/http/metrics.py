@@ -98,4 +98,11 @@ def _families(overview: StatusOverview) -> list[Metric]:
             run = c.reconciliation
             running.add_metric([c.slug, str(run["phase"]), str(run["state"])], 1)
             attempts.add_metric([c.slug], int(run["attempts"] or 0))
-    return [capture, items, failed, oldest, complete, status, rules, running, attempts]
+    deleting = gauge(
+        "collection_deletion",
+        "1 for each collection deletion under way, with its phase and state.",
+        ["collection", "phase", "state"],
+    )
+    for d in overview.deletions:
+        deleting.add_metric([d["collection_slug"], str(d["phase"]), str(d["state"])], 1)
+    return [capture, items, failed, oldest, complete, status, rules, running, attempts, deleting]

@@ -14,6 +14,7 @@ from media_usage_worker.domain.rules import RulesState
 from media_usage_worker.domain.vocabulary import CoverageStatus
 from media_usage_worker.repository.activation import is_activation_active
 from media_usage_worker.repository.db import read_transaction
+from media_usage_worker.repository.predicates import being_deleted
 from media_usage_worker.repository.rules import read_rules_states
 from media_usage_worker.repository.schema import (
     ADAPTER_ID,
@@ -117,6 +118,8 @@ def _current_eligible(active: bool) -> tuple[sa.FromClause, list[sa.ColumnElemen
         s.content_id.isnot(None),
         s.source_variant.in_(VARIANTS),
         _identity(s, c.id, active),
+        # A collection being deleted stops counting the moment its tombstone is written.
+        ~being_deleted(c.id),
         sa.or_(
             s.source_variant == "draft_overlay",
             s.content_status == "published",

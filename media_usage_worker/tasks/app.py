@@ -56,7 +56,11 @@ def broker_transport() -> str | None:
 # declared ``shared=False`` for the same reason: no other app is given them.
 app = Celery(
     "media_usage",
-    include=["media_usage_worker.tasks.work", "media_usage_worker.tasks.reconcile"],
+    include=[
+        "media_usage_worker.tasks.work",
+        "media_usage_worker.tasks.reconcile",
+        "media_usage_worker.tasks.deletion",
+    ],
     set_as_current=False,
 )
 _DEFAULT_LIMITS = (settings.TASK_TIME_LIMIT_SECONDS, settings.TASK_SOFT_TIME_LIMIT_SECONDS)

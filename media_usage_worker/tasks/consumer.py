@@ -36,6 +36,7 @@ log = logging.getLogger("media_usage.messages")
 ARGUMENT_CHECKS: dict[str, ArgumentCheck] = {
     "media_usage.tick": NO_ARGUMENTS,
     "media_usage.reconcile_tick": NO_ARGUMENTS,
+    "media_usage.deletion_tick": NO_ARGUMENTS,
     "media_usage.process_work": item_arguments(),
     "media_usage.process_batch": batch_arguments(),
     "media_usage.after_write": after_write_arguments(),

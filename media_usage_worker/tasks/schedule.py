@@ -28,4 +28,10 @@ beat_schedule: dict[str, dict] = {
         "schedule": float(_reconcile),
         "options": {"expires": float(_reconcile), "queue": _queue},
     },
+    # Collection deletions' back phases, on the reconciliation's interval.
+    "media-usage-deletion": {
+        "task": "media_usage.deletion_tick",
+        "schedule": float(_reconcile),
+        "options": {"expires": float(_reconcile), "queue": _queue},
+    },
 }

@@ -145,6 +145,12 @@ def batch_size() -> int:
     return size
 
 
+def deletion_lease_seconds() -> int:
+    """A collection deletion's lease (300 s, as emdash): a killed worker's deletion resumes
+    once it expires."""
+    return positive_int("MEDIA_USAGE_DELETION_LEASE_SECONDS", 300)
+
+
 def reconcile_defer_seconds() -> int:
     """How long reconciliation waits after a collection's last write before it pages on."""
     return positive_int("MEDIA_USAGE_RECONCILE_DEFER_SECONDS", 5)
@@ -167,7 +173,7 @@ def _database_url_setting() -> None:
 # Every setting a worker or beat reads, each read once by ``check_all``.
 _EVERY_SETTING: tuple[Callable[[], object], ...] = (
     _database_url_setting, _broker_setting, queue_name, time_limits, lease_seconds, tick_seconds,
-    reconcile_seconds, reconcile_defer_seconds, tick_budget, max_queued,
+    reconcile_seconds, reconcile_defer_seconds, deletion_lease_seconds, tick_budget, max_queued,
     max_memory_per_child_kib, dispatch_ttl_seconds, batch_size, batch_threshold, Limits.from_env,
 )  # fmt: skip
 

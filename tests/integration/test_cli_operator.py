@@ -64,7 +64,9 @@ def test_status_json_shape(seeded) -> None:
         "oldest_due_age_seconds",
         "failed",
         "rules",
+        "reconciliation",
     }
+    assert data["deletions"] == []
     # Never reconciled: indexed under no known rules yet.
     assert posts["rules"] == {"indexed_under": None, "running": "extraction-3.rules-0"}
 

@@ -131,6 +131,28 @@ def test_operator_endpoints(api: Api, db: sa.Engine, site: Any) -> None:
     assert api.post("/v1/collections/nothere/repair").status == 404
 
 
+def test_deletion_endpoints(api: Api, db: sa.Engine, site: Any) -> None:
+    refused = api.request("DELETE", "/v1/collections/posts")
+    assert (refused.status, refused.json["error"]["code"]) == (409, "has_content")
+    assert api.get("/v1/deletions?state=all").json == {"deletions": [], "next_cursor": None}
+    deleted = api.request("DELETE", "/v1/collections/posts?force=true")
+    assert deleted.status == 202
+    assert (deleted.json["outcome"], deleted.json["phase"]) == ("deleted", "work")
+    (standing,) = api.get("/v1/status").json["deletions"]
+    assert (standing["collection_slug"], standing["phase"]) == ("posts", "work")
+    assert "lease_token" not in standing
+    listed = api.get("/v1/deletions?state=pending").json["deletions"]
+    assert [d["collection_slug"] for d in listed] == ["posts"]
+    assert api.get("/v1/deletions").json["deletions"] == []  # default: the failed ones
+    nothing = api.post("/v1/deletions/retry", {"collection": "posts"})
+    assert (nothing.status, nothing.json["error"]["code"]) == (404, "deletion_not_found")
+    assert api.request("DELETE", "/v1/collections/nothere").status == 404
+    scrape = api.get("/metrics").text
+    assert (
+        'media_usage_collection_deletion{collection="posts",phase="work",state="pending"}' in scrape
+    )
+
+
 @pytest.mark.parametrize(
     ("env", "no_token_read", "no_token_operator"),
     [
@@ -210,6 +232,13 @@ BAD_REQUESTS = [
     ("POST", "/v1/work/retry", b'{"collection": "posts", "content_id": "' + b"x" * 9000 + b'"}'),
     ("POST", "/v1/collections/Posts/repair", None),
     ("POST", "/v1/collections/posts/repair", b'{"now": true}'),
+    ("DELETE", "/v1/collections/Posts", None),
+    ("DELETE", "/v1/collections/posts?force=maybe", None),
+    ("DELETE", "/v1/collections/posts", None),  # has content: 409, nothing changed
+    ("GET", "/v1/deletions?state=gone", None),
+    ("GET", "/v1/deletions?limit=0", None),
+    ("POST", "/v1/deletions/retry", b'{"collection": "Posts"}'),
+    ("POST", "/v1/deletions/retry", b'{"slug": "posts"}'),
     ("DELETE", "/v1/status", None),
     ("GET", "/v1/nothing", None),
     ("GET", "/../../etc/passwd", None),

@@ -68,7 +68,7 @@ def test_the_app_loads_its_own_schedule_whatever_the_directory_holds(tmp_path: P
         "import json; from tasks.app import app; print(json.dumps(sorted(app.conf.beat_schedule)))"
     )
     schedule = json.loads(run_in(tmp_path, code, MEDIA_USAGE_TICK_SECONDS="7"))
-    assert schedule == ["media-usage-reconcile", "media-usage-tick"]
+    assert schedule == ["media-usage-deletion", "media-usage-reconcile", "media-usage-tick"]
     interval = run_in(
         tmp_path,
         "from tasks.app import app; print(app.conf.beat_schedule['media-usage-tick']['schedule'])",
@@ -95,8 +95,11 @@ print(json.dumps({
 }))
 """
     seen = json.loads(run_in(host_project(tmp_path), code))
-    ours = ["media_usage.after_write", "media_usage.process_batch", "media_usage.process_work",
-            "media_usage.reconcile_tick", "media_usage.tick"]  # fmt: skip
+    ours = [
+        f"media_usage.{name}"
+        for name in ("after_write", "deletion_tick", "process_batch", "process_work",
+                     "reconcile_tick", "tick")
+    ]  # fmt: skip
     assert seen == {
         "current": "host",
         "bound": ours,
@@ -106,7 +109,12 @@ print(json.dumps({
             "media_usage.process_work": "media_usage",
             "host.record": "host",
         },
-        "beat": ["host-record", "media-usage-reconcile", "media-usage-tick"],
+        "beat": [
+            "host-record",
+            "media-usage-deletion",
+            "media-usage-reconcile",
+            "media-usage-tick",
+        ],
         "late_ack": True,
         "shared_task_app": "host",
     }
