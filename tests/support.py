@@ -13,7 +13,14 @@ from media_usage_worker.repository.activation import activate
 from media_usage_worker.repository.clock import db_now
 from media_usage_worker.repository.collections import Collection, CollectionRegistry
 from media_usage_worker.repository.rules import record_indexed_rules
-from media_usage_worker.repository.schema import index_status, work
+from media_usage_worker.repository.schema import (
+    collection_deletions,
+    index_status,
+    occurrences,
+    reconciliations,
+    sources,
+    work,
+)
 
 GALLERY_FIELD = FieldDefinition(
     "gallery", "Gallery", "repeater", validation={"subFields": [{"slug": "image", "type": "image"}]}
@@ -187,3 +194,33 @@ def reconcile_until_complete(engine: sa.Engine, collection_id: str) -> list[str]
         if status_row(engine, collection_id)["status"] == "complete" and "completed" in actions:
             return actions
     raise AssertionError(f"did not converge: {actions[-10:]}")
+
+
+def left_of(engine: sa.Engine, collection_id: str, slug: str) -> dict[str, int]:
+    """Rows of the collection in every table a deletion must empty (0 everywhere when done)."""
+    mine = sa.or_(sources.c.collection_id == collection_id, sources.c.collection_slug == slug)
+    counts = {
+        "work": sa.select(sa.func.count()).where(work.c.collection_id == collection_id),
+        "sources": sa.select(sa.func.count()).where(mine),
+        "occurrences": sa.select(sa.func.count()).where(
+            occurrences.c.source_key.in_(sa.select(sources.c.source_key).where(mine))
+        ),
+        "status": sa.select(sa.func.count()).where(index_status.c.scope_key == slug),
+        "reconciliations": sa.select(sa.func.count()).where(
+            reconciliations.c.collection_id == collection_id
+        ),
+        "tombstone": sa.select(sa.func.count()).where(
+            collection_deletions.c.collection_id == collection_id
+        ),
+    }
+    with engine.connect() as conn:
+        left = {name: int(conn.execute(query).scalar_one()) for name, query in counts.items()}
+        left["table"] = int(sa.inspect(conn).has_table(f"ec_{slug}"))
+    left["registry"] = int(CollectionRegistry(engine).get(slug) is not None)
+    return left
+
+
+NOTHING_LEFT = dict.fromkeys(
+    ["work", "sources", "occurrences", "status", "reconciliations", "tombstone", "table",
+     "registry"], 0,
+)  # fmt: skip

@@ -19,18 +19,12 @@ from media_usage_worker.domain.errors import CollectionExists, DeletionConflict
 from media_usage_worker.pipeline.deletion import DeletionProcessor, delete_collection
 from media_usage_worker.repository import deletions
 from media_usage_worker.repository.collections import CollectionRegistry
-from media_usage_worker.repository.schema import (
-    collection_deletions,
-    index_status,
-    occurrences,
-    reconciliations,
-    sources,
-    work,
-)
+from media_usage_worker.repository.schema import collection_deletions, work
 from media_usage_worker.repository.usage import usage_count
 from tests.index_oracle import actual_index, expected_index
 from tests.processes import ROOT, wait_for
-from tests.support import active_collection, drain, mark_coverage_complete
+from tests.support import NOTHING_LEFT as NOTHING
+from tests.support import active_collection, drain, left_of, mark_coverage_complete
 
 HERO = [FieldDefinition("hero", "Hero", "image")]
 
@@ -55,36 +49,6 @@ def site(engine: sa.Engine, entries: int = 4) -> Any:
         write(engine, "posts", f"q{i}", "m-queued")  # captured, not yet processed
     mark_coverage_complete(engine)
     return posts
-
-
-def left_of(engine: sa.Engine, collection_id: str, slug: str) -> dict[str, int]:
-    """Rows of the collection in every table a deletion must empty (0 everywhere when done)."""
-    mine = sa.or_(sources.c.collection_id == collection_id, sources.c.collection_slug == slug)
-    counts = {
-        "work": sa.select(sa.func.count()).where(work.c.collection_id == collection_id),
-        "sources": sa.select(sa.func.count()).where(mine),
-        "occurrences": sa.select(sa.func.count()).where(
-            occurrences.c.source_key.in_(sa.select(sources.c.source_key).where(mine))
-        ),
-        "status": sa.select(sa.func.count()).where(index_status.c.scope_key == slug),
-        "reconciliations": sa.select(sa.func.count()).where(
-            reconciliations.c.collection_id == collection_id
-        ),
-        "tombstone": sa.select(sa.func.count()).where(
-            collection_deletions.c.collection_id == collection_id
-        ),
-    }
-    with engine.connect() as conn:
-        left = {name: int(conn.execute(query).scalar_one()) for name, query in counts.items()}
-        left["table"] = int(sa.inspect(conn).has_table(f"ec_{slug}"))
-    left["registry"] = int(CollectionRegistry(engine).get(slug) is not None)
-    return left
-
-
-NOTHING = dict.fromkeys(
-    ["work", "sources", "occurrences", "status", "reconciliations", "tombstone", "table",
-     "registry"], 0,
-)  # fmt: skip
 
 
 def finish(engine: sa.Engine, lease_seconds: int = 300) -> None:
