@@ -84,10 +84,6 @@ class DeletionConflict(MediaUsageError):
     """The collection is already being deleted under another identity or force flag."""
 
 
-class DeletionNotFound(MediaUsageError):
-    """No deletion of this collection can be retried (none, or it is pending or running)."""
-
-
 class CaptureInactive(MediaUsageError):
     """Capture is not active (run media-usage activate first); nothing was changed."""
 

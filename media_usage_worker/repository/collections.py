@@ -272,22 +272,27 @@ def invalidate_coverage(conn: sa.Connection, collection: Collection, code: Error
         )
 
 
+def collection_by_slug(conn: sa.Connection, slug: str) -> Collection:
+    """The registered collection ``slug``, read in the caller's transaction."""
+    row = conn.execute(
+        sa.select(collections.c.id, collections.c.slug, collections.c.label).where(
+            collections.c.slug == slug
+        )
+    ).first()
+    if row is None:
+        raise CollectionNotFound(f"No collection has slug {slug!r}.")
+    return Collection(*row)
+
+
 def request_reindex(bind: Bind, slug: str) -> int:
     """Take the collection out of ``complete`` so the reconciliation re-indexes every entry;
     returns the new change epoch. Refused, changing nothing, before activation
     (``CaptureInactive``) or for an unknown slug (``CollectionNotFound``)."""
     validate_collection_slug(slug)
     with transaction(bind) as conn:
-        row = conn.execute(
-            sa.select(collections.c.id, collections.c.slug, collections.c.label).where(
-                collections.c.slug == slug
-            )
-        ).first()
-        if row is None:
-            raise CollectionNotFound(f"No collection has slug {slug!r}.")
+        collection = collection_by_slug(conn, slug)
         if not activation.is_activation_active(conn):
             raise CaptureInactive()
-        collection = Collection(*row)
         invalidate_coverage(conn, collection, ErrorCode.REINDEX_REQUESTED)
         epoch = conn.execute(
             sa.select(index_status.c.change_epoch).where(

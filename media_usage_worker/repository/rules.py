@@ -18,12 +18,16 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from media_usage_worker.domain.errors import CollectionNotFound, InvalidRule, RuleNotFound
+from media_usage_worker.domain.errors import InvalidRule, RuleNotFound
 from media_usage_worker.domain.reference_paths import ReferencePath
 from media_usage_worker.domain.rules import EXTRACTION_VERSION, RulesState
 from media_usage_worker.domain.vocabulary import CaptureState, CoverageStatus, ErrorCode
 from media_usage_worker.repository.clock import db_now
-from media_usage_worker.repository.collections import Collection, invalidate_coverage
+from media_usage_worker.repository.collections import (
+    Collection,
+    collection_by_slug,
+    invalidate_coverage,
+)
 from media_usage_worker.repository.db import Bind, read_transaction, transaction
 from media_usage_worker.repository.schema import (
     ADAPTER_ID,
@@ -130,7 +134,7 @@ class DeclaredRules:
 def declare_reference_path(bind: Bind, collection_slug: str, path: ReferencePath) -> bool:
     """Store the path; ``False`` when it was already declared (nothing changes then)."""
     with transaction(bind) as conn:
-        collection = _collection(conn, collection_slug)
+        collection = collection_by_slug(conn, collection_slug)
         known = conn.execute(
             sa.select(1).where(
                 fields.c.collection_id == collection.id, fields.c.slug == path.field_slug
@@ -154,7 +158,7 @@ def declare_reference_path(bind: Bind, collection_slug: str, path: ReferencePath
 
 def remove_reference_path(bind: Bind, collection_slug: str, path_text: str) -> None:
     with transaction(bind) as conn:
-        collection = _collection(conn, collection_slug)
+        collection = collection_by_slug(conn, collection_slug)
         removed = conn.execute(
             reference_paths.delete()
             .where(rp.collection_id == collection.id, rp.path == path_text)
@@ -206,17 +210,6 @@ def read_declared_rules(bind: Bind) -> DeclaredRules:
 def read_media_url_prefixes(conn: sa.Connection) -> list[str]:
     statement = sa.select(media_url_prefixes.c.prefix).order_by(media_url_prefixes.c.prefix)
     return list(conn.execute(statement).scalars())
-
-
-def _collection(conn: sa.Connection, slug: str) -> Collection:
-    row = conn.execute(
-        sa.select(collections.c.id, collections.c.slug, collections.c.label).where(
-            collections.c.slug == slug
-        )
-    ).first()
-    if row is None:
-        raise CollectionNotFound(f"No collection has slug {slug!r}.")
-    return Collection(*row)
 
 
 def _all_collections(conn: sa.Connection) -> list[Collection]:
