@@ -60,3 +60,24 @@ SETTINGS_SOURCES = [
 )
 def test_every_setting_is_documented(name: str) -> None:
     assert f"`{name}`" in OPERATIONS
+
+
+def test_the_grafana_dashboard_reads_only_metrics_the_api_exports() -> None:
+    import json
+
+    root = Path(__file__).resolve().parents[2]
+    dashboard = json.loads((root / "docs" / "grafana" / "media-usage.json").read_text())
+    exported = set(
+        re.findall(
+            r'"(media_usage_[a-z_]+)"|gauge\(\s*"([a-z_]+)"',
+            (root / "media_usage_worker" / "http" / "metrics.py").read_text(),
+        )
+    )
+    names = {a or f"media_usage_{b}" for a, b in exported}
+    used = {
+        name
+        for panel in dashboard["panels"]
+        for target in panel["targets"]
+        for name in re.findall(r"media_usage_[a-z_]+", target["expr"])
+    }
+    assert used and used <= names, used - names
