@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
-from media_usage_worker.cli.common import BadInput, database_url_option, handle_errors
+from media_usage_worker.cli.common import BadInput, Outcome, database_url_option, handle_errors
 
 
 @click.command("serve")
@@ -30,7 +32,11 @@ def serve_command(host: str, port: int, database_url: str) -> None:
     from media_usage_worker.repository.db import create_engine, parse_database_url
 
     settings = ApiSettings.from_env()
-    engine = create_engine(parse_database_url(database_url))
+    url = parse_database_url(database_url)
+    # As every command but db upgrade: a SQLite path with no file is refused, not created.
+    if url.get_backend_name() == "sqlite" and not Path(url.database or "").is_file():
+        raise Outcome(f"no database at {url.database}: run media-usage db upgrade to create it")
+    engine = create_engine(url)
     app = create_app(engine, settings)
     uvicorn.run(
         app, host=host, port=port, log_level="info", server_header=False, proxy_headers=False

@@ -308,3 +308,20 @@ def test_readiness_says_what_is_missing(database_url: str, tmp_path: Path) -> No
         assert ready.status == 503
         assert ready.json["ready"] is False
         assert "media-usage db upgrade" in ready.json["problem"]
+
+
+def test_serve_refuses_a_missing_database_and_a_weak_token(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from click.testing import CliRunner
+
+    from media_usage_worker.cli import main
+
+    missing = tmp_path / "nope.db"
+    done = CliRunner().invoke(main, ["serve", "--database-url", f"sqlite:///{missing}"])
+    assert done.exit_code == 1 and "run media-usage db upgrade" in done.output
+    assert not missing.exists()  # refused, not created
+    monkeypatch.setenv("MEDIA_USAGE_API_TOKEN", "short")
+    weak = CliRunner().invoke(main, ["serve", "--database-url", f"sqlite:///{missing}"])
+    assert weak.exit_code == 2 and "MEDIA_USAGE_API_TOKEN must be at least 16" in weak.output
+    assert len(weak.output.strip().splitlines()) == 1
