@@ -1,4 +1,4 @@
-"""``python -m bench [all|drain|tick|latency|memory|sqlite|cpu] [--smoke]``: see
+"""``python -m bench [all|drain|tick|latency|memory|sqlite|cpu|single] [--smoke]``: see
 docs/benchmarks.md."""
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
         "which",
         nargs="?",
         default="all",
-        choices=["all", "drain", "tick", "latency", "memory", "sqlite", "cpu"],
+        choices=["all", "drain", "tick", "latency", "memory", "sqlite", "cpu", "single"],
     )
     parser.add_argument("--smoke", action="store_true", help="tiny sizes: check the harness")
     parser.add_argument("--entries", type=int)
@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     entries = args.entries or size["entries"]
     repeat = args.repeat or size["repeat"]
 
-    from bench import cpu, drain, latency, memory, tick
+    from bench import cpu, drain, latency, memory, single, tick
     from bench.env import Bench
 
     print(machine(), flush=True)
@@ -77,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
             report(memory.run(bench, args.memory_items or size["memory"]))
         if args.which in ("all", "cpu"):
             report(cpu.run(bench, entries, repeat, args.workers[0]))
+        if args.which in ("all", "single"):
+            report(single.run(bench, entries, repeat, items=min(entries, 1000)))
     return 0
 
 

@@ -40,8 +40,11 @@ def test_every_benchmark_runs_and_prints_its_figures() -> None:
         "drain PG 2 workers a/b",
         "drain PG 2 workers a/c",
         "drain SQLite 2 workers (d) pipeline, batches",
+        "cpu (a) item by item, 2 workers",
         "cpu (d) batches, 2 workers",
         "cpu (e) rebuild",
+        "single items in one process, PG",
+        "single items in one process, SQL per item",
         "tick 10,000/1,000, budget 10",
     ]
     assert [name for name in expected if figures.get(name, 0) <= 0] == [], done.stdout
