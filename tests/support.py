@@ -205,6 +205,11 @@ def left_of(engine: sa.Engine, collection_id: str, slug: str) -> dict[str, int]:
         "occurrences": sa.select(sa.func.count()).where(
             occurrences.c.source_key.in_(sa.select(sources.c.source_key).where(mine))
         ),
+        # Occurrences whose source row is gone (of any collection): a deletion that dropped a
+        # source before its occurrences would hide them from the count above.
+        "orphan occurrences": sa.select(sa.func.count())
+        .select_from(occurrences)
+        .where(~sa.exists().where(sources.c.source_key == occurrences.c.source_key)),
         "status": sa.select(sa.func.count()).where(index_status.c.scope_key == slug),
         "reconciliations": sa.select(sa.func.count()).where(
             reconciliations.c.collection_id == collection_id
@@ -221,6 +226,6 @@ def left_of(engine: sa.Engine, collection_id: str, slug: str) -> dict[str, int]:
 
 
 NOTHING_LEFT = dict.fromkeys(
-    ["work", "sources", "occurrences", "status", "reconciliations", "tombstone", "table",
-     "registry"], 0,
+    ["work", "sources", "occurrences", "orphan occurrences", "status", "reconciliations",
+     "tombstone", "table", "registry"], 0,
 )  # fmt: skip

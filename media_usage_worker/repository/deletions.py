@@ -318,34 +318,76 @@ def _collection_sources(t: Tombstone) -> list[sa.ColumnElement[bool]]:
 
 
 def delete_sources_batch(bind: Bind, t: Tombstone, limit: int) -> Tombstone | None:
-    """Up to ``limit`` occurrences of the source being drained; a drained source's row goes
-    too. At the end, ``status``."""
+    """Up to ``limit`` occurrences: every whole source that fits, in key order, or else a part
+    of the first one (resumed after the cursor), whose row goes with its last occurrences.
+    At the end, ``status``."""
     with transaction(bind) as conn:
-        key = (
-            t.source_key
-            or conn.execute(
-                sa.select(sa.func.min(_s.source_key)).where(*_collection_sources(t))
-            ).scalar_one_or_none()
-        )
-        if key is None:
-            return _checkpoint(conn, t, DeletionPhase.STATUS)
-        after = _o.id > t.occurrence_cursor if t.occurrence_cursor is not None else sa.true()
-        ids = list(
+        if t.source_key is not None:
+            return _drain_one_source(conn, t, t.source_key, limit)
+        keys = list(
             conn.execute(
-                sa.select(_o.id).where(_o.source_key == key, after).order_by(_o.id).limit(limit)
+                sa.select(_s.source_key)
+                .where(*_collection_sources(t))
+                .order_by(_s.source_key)
+                .limit(limit)
             ).scalars()
         )
-        if len(ids) == limit:
-            moved = _move_held(conn, t, source_key=key, occurrence_cursor=ids[-1])
-            if moved is not None:
-                conn.execute(occurrences.delete().where(_o.id.in_(ids)))
-            return moved
-        moved = _move_held(conn, t, source_key=None, occurrence_cursor=None)
+        if not keys:
+            return _checkpoint(conn, t, DeletionPhase.STATUS)
+        whole = _whole_sources(conn, keys, limit)
+        if not whole:
+            return _drain_one_source(conn, t, keys[0], limit)
+        moved = _move_held(conn, t)
         if moved is not None:
-            conn.execute(occurrences.delete().where(_o.source_key == key))
-            conn.execute(generation_writes.delete().where(generation_writes.c.source_key == key))
-            conn.execute(sources.delete().where(_s.source_key == key))
+            _delete_sources(conn, whole)
         return moved
+
+
+def _whole_sources(conn: sa.Connection, keys: list[str], limit: int) -> list[str]:
+    """The longest run of ``keys`` (in order) whose occurrences number at most ``limit``."""
+    counts: dict[str, int] = {
+        key: count
+        for key, count in conn.execute(
+            sa.select(_o.source_key, sa.func.count())
+            .where(_o.source_key.in_(keys))
+            .group_by(_o.source_key)
+        )
+    }
+    taken: list[str] = []
+    total = 0
+    for key in keys:
+        total += counts.get(key, 0)
+        if total > limit:
+            break
+        taken.append(key)
+    return taken
+
+
+def _drain_one_source(conn: sa.Connection, t: Tombstone, key: str, limit: int) -> Tombstone | None:
+    """``limit`` occurrences of a source too large for one step; the rest of it, and its row,
+    once fewer remain."""
+    after = _o.id > t.occurrence_cursor if t.occurrence_cursor is not None else sa.true()
+    ids = list(
+        conn.execute(
+            sa.select(_o.id).where(_o.source_key == key, after).order_by(_o.id).limit(limit)
+        ).scalars()
+    )
+    if len(ids) == limit:
+        moved = _move_held(conn, t, source_key=key, occurrence_cursor=ids[-1])
+        if moved is not None:
+            conn.execute(occurrences.delete().where(_o.id.in_(ids)))
+        return moved
+    moved = _move_held(conn, t, source_key=None, occurrence_cursor=None)
+    if moved is not None:
+        _delete_sources(conn, [key])
+    return moved
+
+
+def _delete_sources(conn: sa.Connection, keys: list[str]) -> None:
+    """Sources with their occurrences and generation records."""
+    conn.execute(occurrences.delete().where(_o.source_key.in_(keys)))
+    conn.execute(generation_writes.delete().where(generation_writes.c.source_key.in_(keys)))
+    conn.execute(sources.delete().where(_s.source_key.in_(keys)))
 
 
 def _leftovers(conn: sa.Connection, t: Tombstone) -> bool:

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from media_usage_worker.cli import main
 from media_usage_worker.domain.content_model import FieldDefinition
 from media_usage_worker.domain.errors import CollectionExists, DeletionConflict
-from media_usage_worker.pipeline.deletion import DeletionProcessor, delete_collection
+from media_usage_worker.pipeline.deletion import DeletionProcessor, delete_collection, run_step
 from media_usage_worker.repository import deletions
 from media_usage_worker.repository.collections import CollectionRegistry
 from media_usage_worker.repository.schema import collection_deletions, work
@@ -100,6 +100,37 @@ def test_a_forced_delete_removes_the_content_and_its_index_and_keeps_the_rest(
     assert left_of(db, posts.id, "posts") == NOTHING
     assert usage_count(db, "m-page")[1] == 4
     assert actual_index(db) == expected_index(db)  # pages' index untouched
+
+
+def test_a_sources_step_takes_every_whole_source_that_fits_and_splits_a_larger_one(
+    db: sa.Engine,
+) -> None:
+    images = [FieldDefinition(f"i{n}", f"Image {n}", "image") for n in range(7)]
+    posts = active_collection(db, "posts", images)
+    with db.begin() as conn:
+        conn.execute(
+            sa.text("INSERT INTO ec_posts (id, i0, i1, i2, i3, i4, i5, i6) "
+                    "VALUES ('big', 'm0', 'm1', 'm2', 'm3', 'm4', 'm5', 'm6')")
+        )  # fmt: skip
+        for n in range(4):
+            conn.execute(sa.text(f"INSERT INTO ec_posts (id, i0) VALUES ('small{n}', 'm{n}')"))
+    drain(db)
+    assert delete_collection(db, "posts", force=True).outcome == "deleted"
+    held = deletions.claim(db, posts.id, lease_seconds=300)
+    assert held is not None
+    left = []
+    while held.phase in ("work", "sources"):
+        step = run_step(db, held, batch_size=3)
+        assert isinstance(step, deletions.Tombstone)
+        held = step
+        if held.phase == "sources":
+            counts = left_of(db, posts.id, "posts")
+            left.append((counts["sources"], counts["occurrences"]))
+    # The large source (7 occurrences, first in key order) takes three steps, the cursor
+    # keeping its place; then three small ones go in one step, the last one in the next.
+    assert left == [(5, 11), (5, 8), (5, 5), (4, 4), (1, 1), (0, 0)]
+    assert held.phase == "status"
+    assert left_of(db, posts.id, "posts")["orphan occurrences"] == 0
 
 
 def test_a_tombstone_alone_stops_its_entries_counting(db: sa.Engine) -> None:
