@@ -1,6 +1,24 @@
-"""``repository.activation.activate`` (SPEC §3, §6); the module is
-``media_usage_worker.repository.activation``."""
+"""``repository.activation``: turning capture on and off by the fixed import path.
 
-from media_usage_worker.repository.activation import activate
+The code lives in ``media_usage_worker.repository.activation``.
+"""
 
-__all__ = ["activate"]
+from media_usage_worker.domain.errors import ActivationError
+from media_usage_worker.repository.activation import (
+    activate,
+    deactivate,
+    finish_new_collection,
+    install_for_new_collection,
+    is_activation_active,
+    prepare_new_collection,
+)
+
+__all__ = [
+    "ActivationError",
+    "activate",
+    "deactivate",
+    "finish_new_collection",
+    "install_for_new_collection",
+    "is_activation_active",
+    "prepare_new_collection",
+]

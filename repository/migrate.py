@@ -1,6 +1,28 @@
-"""``repository.migrate.upgrade`` and ``downgrade`` (SPEC §3); the module is
-``media_usage_worker.repository.migrate``."""
+"""``repository.migrate``: upgrade, downgrade and revision checks by their fixed import path.
 
-from media_usage_worker.repository.migrate import downgrade, upgrade
+The code lives in ``media_usage_worker.repository.migrate``.
+"""
 
-__all__ = ["downgrade", "upgrade"]
+from media_usage_worker.repository.migrate import (
+    ADVISORY_LOCK_KEY,
+    MIGRATIONS_DIR,
+    VERSION_TABLE,
+    check_revision,
+    current_revision,
+    downgrade,
+    head_revision,
+    schema_problem,
+    upgrade,
+)
+
+__all__ = [
+    "ADVISORY_LOCK_KEY",
+    "MIGRATIONS_DIR",
+    "VERSION_TABLE",
+    "check_revision",
+    "current_revision",
+    "downgrade",
+    "head_revision",
+    "schema_problem",
+    "upgrade",
+]

@@ -1,6 +1,16 @@
-"""``repository.work.MediaUsageWorkRepository`` (SPEC §3, §5); the module is
-``media_usage_worker.repository.work``."""
+"""``repository.work``: the work repository and its record types by their fixed import path.
 
+The code lives in ``media_usage_worker.repository.work``; the record types it returns are
+defined in ``media_usage_worker.domain.work`` and stay importable from here too.
+"""
+
+from media_usage_worker.domain.work import OperatorRetryResult, OperatorWorkItem, Page, WorkRecord
 from media_usage_worker.repository.work import MediaUsageWorkRepository
 
-__all__ = ["MediaUsageWorkRepository"]
+__all__ = [
+    "MediaUsageWorkRepository",
+    "OperatorRetryResult",
+    "OperatorWorkItem",
+    "Page",
+    "WorkRecord",
+]

@@ -1,0 +1,119 @@
+"""Every name the fixed top-level modules offer stays importable from them.
+
+Host code and deployments import these paths (``celery -A tasks``, ``from repository.collections
+import FieldDefinition``, ...). The code behind them may move inside ``media_usage_worker``; the
+names may not vanish. Each module is imported in a fresh interpreter, so one module's imports
+cannot hide another's missing name.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# The public contract: module -> every name it must offer. A name is only ever added here.
+FIXED_NAMES: dict[str, tuple[str, ...]] = {
+    "tasks": ("app",),
+    "tasks.app": (
+        "app",
+        "DEFAULT_BROKER_URL",
+        "broker_folder",
+        "broker_transport",
+        "broker_url",
+        "queue_name",
+        "transport_options",
+    ),
+    "tasks.dispatch": (
+        "after_write",
+        "send",
+        "release",
+        "queued_messages",
+        "ITEM_PRIORITY",
+        "BATCH_PRIORITY",
+    ),
+    "tasks.work": ("tick", "process_work", "process_batch", "after_write"),
+    "tasks.reconcile": ("reconcile_tick",),
+    "beat_schedule": ("beat_schedule",),
+    "repository.db": (
+        "create_engine",
+        "parse_database_url",
+        "transaction",
+        "read_transaction",
+        "Bind",
+        "InvalidDatabaseURL",
+        "ACCEPTED_URLS",
+        "POSTGRES_DRIVERS",
+        "SQLITE_DRIVERS",
+        "SQLITE_BUSY_TIMEOUT_SECONDS",
+    ),
+    "repository.migrate": (
+        "upgrade",
+        "downgrade",
+        "current_revision",
+        "head_revision",
+        "check_revision",
+        "schema_problem",
+        "VERSION_TABLE",
+        "MIGRATIONS_DIR",
+        "ADVISORY_LOCK_KEY",
+    ),
+    "repository.work": (
+        "MediaUsageWorkRepository",
+        "WorkRecord",
+        "OperatorWorkItem",
+        "OperatorRetryResult",
+        "Page",
+    ),
+    "repository.collections": (
+        "CollectionRegistry",
+        "FieldDefinition",
+        "Collection",
+        "CollectionExists",
+        "CollectionNotFound",
+        "FieldExists",
+        "load_fields",
+        "invalidate_coverage",
+        "is_registered",
+    ),
+    "repository.activation": (
+        "activate",
+        "deactivate",
+        "is_activation_active",
+        "prepare_new_collection",
+        "install_for_new_collection",
+        "finish_new_collection",
+        "ActivationError",
+    ),
+    "media_usage_worker.api": ("MediaUsage",),
+    "media_usage_worker.tasks.binding": ("bind",),
+}
+
+_PROBE = """
+import importlib, json, sys
+module = importlib.import_module(sys.argv[1])
+names = json.loads(sys.argv[2])
+offered = getattr(module, "__all__", names)
+print(json.dumps([n for n in names if not hasattr(module, n) or n not in offered]))
+"""
+
+
+@pytest.mark.parametrize("module", sorted(FIXED_NAMES))
+def test_every_fixed_name_imports_from_a_fresh_interpreter(module: str) -> None:
+    names = FIXED_NAMES[module]
+    done = subprocess.run(
+        [sys.executable, "-c", _PROBE, module, json.dumps(names)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    # A missing name, or one left out of ``__all__`` (``from module import *``), is listed.
+    assert json.loads(done.stdout) == [], f"{module} lost names"
