@@ -76,6 +76,14 @@ class Processes:
             prefix,
         )
 
+    def documented_worker(self) -> subprocess.Popen:
+        """A worker started exactly as docs/operations.md says (default log level)."""
+        return self._start("worker", ["worker", "-Q", "media_usage", "-E"])
+
+    def next_log(self, name: str) -> Path:
+        """The log file the next process started as ``name`` writes."""
+        return self.tmp / f"{name}-{len(self.running)}.log"
+
     def beat(self) -> subprocess.Popen:
         schedule = self.tmp / f"beat-{len(self.running)}"
         return self._start("beat", ["beat", "-s", str(schedule), "-l", "info"])

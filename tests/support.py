@@ -229,3 +229,15 @@ NOTHING_LEFT = dict.fromkeys(
     ["work", "sources", "occurrences", "orphan occurrences", "status", "reconciliations",
      "tombstone", "table", "registry"], 0,
 )  # fmt: skip
+
+
+def broken_repeater_entry(engine: sa.Engine) -> Collection:
+    """``posts`` with capture active and one entry, ``e1``, whose refresh always fails: the
+    gallery repeater's validation is not JSON (``FieldDiscoveryError``)."""
+    posts = active_collection(engine, "posts", SAMPLE_FIELDS)
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text("UPDATE _emdash_fields SET validation = '{bad' WHERE slug = 'gallery'")
+        )
+        conn.execute(sa.text("INSERT INTO ec_posts (id, hero) VALUES ('e1', 'm1')"))
+    return posts

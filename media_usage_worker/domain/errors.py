@@ -100,3 +100,19 @@ class FieldDiscoveryError(MediaUsageError):
     """A repeater's validation JSON cannot be read (INVALID_REPEATER_VALIDATION)."""
 
     code = RefreshCode.INVALID_REPEATER_VALIDATION
+
+
+class ItemsFailed(MediaUsageError):
+    """Work items of this message failed for good; media-usage work list --state failed shows
+    them."""
+
+    def __init__(self, summary: dict[str, object]) -> None:
+        # The task's summary rides on the exception, so a monitor that filters by state
+        # (Flower's FAILURE) still sees every outcome of the message.
+        self.summary = summary
+        failed = summary.get("failed") or []
+        super().__init__(f"{(self.__doc__ or '').split(';')[0].strip()}: {failed!r}")
+
+    def __reduce__(self) -> tuple[type[ItemsFailed], tuple[dict[str, object]]]:
+        # Celery copies an exception by pickling it before it reports the failure.
+        return (ItemsFailed, (self.summary,))

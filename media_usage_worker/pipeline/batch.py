@@ -10,6 +10,7 @@ Every statement after the claim is fenced by each item's lease (docs/design.md Â
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -23,6 +24,7 @@ from media_usage_worker.domain.work import Item, Lease, WorkRecord
 from media_usage_worker.pipeline.lease_keeper import keeper
 from media_usage_worker.pipeline.refresh import (
     columns_to_read,
+    describe,
     media_urls,
     plan_refresh,
     refresh_entry,
@@ -37,6 +39,19 @@ from media_usage_worker.repository.work_processing import write_and_complete
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection, Engine
+
+log = logging.getLogger(__name__)
+# What a failure without an exception of its own means, for the log line that reports it.
+_CAUSES: dict[ErrorCode, str] = {
+    ErrorCode.TIME_LIMIT: "the item ran past the worker's soft time limit",
+    ErrorCode.GENERATION_CONFLICT: "concurrent writes overtook every refresh of the entry",
+    ErrorCode.RESOURCE_LIMIT: "the entry is over the per-item limits (docs/operations.md, Limits)",
+}
+_REFRESH_CAUSES: dict[RefreshCode, str] = {
+    RefreshCode.DRAFT_REVISION_NOT_FOUND: "the entry's draft revision does not exist",
+    RefreshCode.DRAFT_REVISION_INVALID: "the entry's draft revision is not a JSON object",
+    RefreshCode.DRAFT_REVISION_MISMATCH: "the entry's draft revision belongs to another entry",
+}
 
 
 @dataclass(frozen=True)
@@ -72,6 +87,8 @@ class BatchRun:
     before_write: Callable[[], None] | None = None
     # Set once an interrupt (the soft time limit) arrived: the rest of the batch is not started.
     _interrupted: bool = field(default=False, init=False)
+    # What each failed entry's refresh raised, by content id, for the retry or failure log line.
+    _causes: dict[str, str] = field(default_factory=dict, init=False)
 
     def run(self, items: Sequence[Item]) -> list[ProcessResult]:
         results: list[ProcessResult] = []
@@ -136,6 +153,7 @@ class BatchRun:
             if isinstance(exc, self.interrupts):
                 raise
             code = refresh_error(ContentEntry(first.collection_id, first.collection_slug, ""), exc)
+            self._causes.update(dict.fromkeys(ids, describe(exc)))
             return [self._settle(repo, r, policy.work_error_code(code)) for r in records]
         if not state.present:
             return [self._obsolete(repo, r) for r in records]
@@ -172,6 +190,7 @@ class BatchRun:
             except Exception as exc:
                 if isinstance(exc, self.interrupts):
                     raise
+                self._causes[record.content_id] = describe(exc)
                 plan = refresh_error(entry_state.entry, exc)
             if isinstance(plan, EntryWrite):
                 writes.append((record.content_id, record.work_version, plan))
@@ -185,7 +204,9 @@ class BatchRun:
         """An entry whose compare-and-set lost in the batch: read and write it on its own."""
         lease = _lease(record)
         entry = ContentEntry(record.collection_id, record.collection_slug, record.content_id)
-        code = refresh_entry(conn, entry, self.limits, lease, reraise=self.interrupts)
+        code = refresh_entry(
+            conn, entry, self.limits, lease, reraise=self.interrupts, causes=self._causes
+        )
         if code is not None:
             return self._failed_refresh(repo, conn, record, code)
         if repo.complete_work(**asdict(lease)):
@@ -202,6 +223,8 @@ class BatchRun:
         # A refresh of an entry whose collection is gone fails; the item is then obsolete.
         if not is_registered(conn, record.collection_id, record.collection_slug):
             return self._obsolete(repo, record)
+        if code in _REFRESH_CAUSES:
+            self._causes.setdefault(record.content_id, _REFRESH_CAUSES[code])
         return self._settle(repo, record, policy.work_error_code(code))
 
     @staticmethod
@@ -212,8 +235,10 @@ class BatchRun:
     def _settle(
         self, repo: MediaUsageWorkRepository, record: WorkRecord, code: ErrorCode
     ) -> ProcessResult:
-        """Retry the item with backoff, or fail it for good (and say so on the coverage row)."""
+        """Retry the item with backoff, or fail it for good (and say so on the coverage row).
+        Either is logged once, with its cause: a WARNING for a retry, an ERROR for a failure."""
         lease = _lease(record)
+        attempt = record.attempt_count + 1
         if policy.is_terminal(code, record.attempt_count):
             if not repo.fail_work(**asdict(lease), error_code=code):
                 return _result(record, Outcome.SUPERSEDED, code)
@@ -221,11 +246,43 @@ class BatchRun:
                 repo.bind, record.collection_id, record.collection_slug, record.content_id,
                 record.work_version, code,
             )  # fmt: skip
+            self._report(logging.ERROR, record, code, attempt, None)
             return _result(record, Outcome.FAILED, code)
         delay = policy.retry_delay_seconds(record.attempt_count, self.rand)
         if repo.retry_work(**asdict(lease), retry_delay_seconds=delay, error_code=code):
+            self._report(logging.WARNING, record, code, attempt, delay)
             return _result(record, Outcome.RETRY, code)
         return _result(record, Outcome.SUPERSEDED, code)
+
+    def _report(
+        self, level: int, record: WorkRecord, code: ErrorCode, attempt: int, delay: int | None
+    ) -> None:
+        cause = self._causes.get(record.content_id) or _CAUSES.get(code, code.value)
+        fields = {
+            "event": "media_usage.item_failed" if delay is None else "media_usage.item_retry",
+            "collection": record.collection_slug,
+            "collection_id": record.collection_id,
+            "content_id": record.content_id,
+            "work_version": record.work_version,
+            "error_code": code.value,
+            "attempt": attempt,
+            "retry_in_seconds": delay,
+            "cause": cause,
+        }
+        if delay is None:
+            log.log(
+                level,
+                "media usage item %s/%s failed for good after attempt %d: %s (%s)",
+                record.collection_slug, record.content_id, attempt, code.value, cause,
+                extra={"media_usage": fields},
+            )  # fmt: skip
+        else:
+            log.log(
+                level,
+                "media usage item %s/%s will retry in %d s after attempt %d: %s (%s)",
+                record.collection_slug, record.content_id, delay, attempt, code.value, cause,
+                extra={"media_usage": fields},
+            )  # fmt: skip
 
     def _keeping(self, records: list[WorkRecord]) -> AbstractContextManager[object]:
         if self.heartbeat is None:

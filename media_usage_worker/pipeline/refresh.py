@@ -33,6 +33,8 @@ from media_usage_worker.repository.source_writes import EntryWrite, write_entrie
 
 # A refresh that loses a race to a concurrent writer reads again once before giving up.
 REFRESH_ATTEMPTS = 2
+# A failure's cause in a log line: enough to recognise it, never a whole entry.
+CAUSE_CHARS = 300
 
 log = logging.getLogger(__name__)
 
@@ -60,12 +62,14 @@ def refresh_entry(
     lease: Lease | None = None,
     *,
     reraise: tuple[type[BaseException], ...] = (),
+    causes: dict[str, str] | None = None,
 ) -> RefreshCode | None:
     """Bring the entry's sources up to date; a lost race is retried once.
 
     ``lease`` fences every index write (the caller's live lease), so a processor that lost its
     lease mid-refresh writes nothing. Exceptions of the ``reraise`` types (a worker's time limit)
-    are not refresh errors: they propagate to the caller, which knows what they mean.
+    are not refresh errors: they propagate to the caller, which knows what they mean. When a
+    refresh raises, ``causes`` (if given) records what it raised under the entry's id.
     """
     try:
         for _ in range(REFRESH_ATTEMPTS):
@@ -87,6 +91,8 @@ def refresh_entry(
     except Exception as exc:
         if isinstance(exc, reraise):
             raise
+        if causes is not None:
+            causes[entry.content_id] = describe(exc)
         return refresh_error(entry, exc)
 
 
@@ -136,13 +142,21 @@ def _alone(
 
 
 def refresh_error(entry: ContentEntry, exc: Exception) -> RefreshCode:
-    """The code of a refresh that raised (an unexpected one is logged with its traceback)."""
+    """The code of a refresh that raised. An unexpected exception's traceback is logged here;
+    the one line per retry or failure, with its cause, is the caller's (``pipeline.batch``)."""
     if isinstance(exc, FieldDiscoveryError):
         return FieldDiscoveryError.code
     if isinstance(exc, EntryTooLarge):
         return RefreshCode.RESOURCE_LIMIT
     log.error("media usage refresh of %s failed", entry, exc_info=exc)
     return RefreshCode.REFRESH_ERROR
+
+
+def describe(exc: BaseException) -> str:
+    """One line naming what went wrong, short enough for a log line."""
+    text = " ".join(str(exc).split())
+    cause = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return cause if len(cause) <= CAUSE_CHARS else cause[: CAUSE_CHARS - 1] + "…"
 
 
 def plan_refresh(

@@ -16,8 +16,8 @@ from typing import Any, TypeVar
 from celery import Celery
 from celery.signals import beat_init, celeryd_init, worker_process_init
 
-from media_usage_worker.domain.errors import InvalidSetting
-from media_usage_worker.tasks import settings
+from media_usage_worker.domain.errors import InvalidSetting, ItemsFailed
+from media_usage_worker.tasks import logs, settings  # noqa: F401  (logs: its signal handlers)
 from media_usage_worker.tasks.settings import broker_folder, broker_url
 
 
@@ -140,6 +140,9 @@ def task_options() -> dict[str, Any]:
         "reject_on_worker_lost": True,
         "time_limit": hard,
         "soft_time_limit": soft,
+        # A message whose items failed for good ends FAILURE (tasks.work): expected, so Celery
+        # logs it in one line, no traceback; the items' own log lines say why.
+        "throws": (ItemsFailed,),
     }
 
 

@@ -163,6 +163,20 @@ def batch_threshold() -> int:
     return positive_int("MEDIA_USAGE_BATCH_THRESHOLD", 4)
 
 
+LOG_FORMATS = ("text", "json")
+
+
+def log_format() -> str:
+    """How a worker or beat writes its log: Celery's text lines, or one JSON object per line
+    (``MEDIA_USAGE_LOG_FORMAT=json``) for log pipelines."""
+    value = (os.environ.get("MEDIA_USAGE_LOG_FORMAT") or "text").strip().lower()
+    if value not in LOG_FORMATS:
+        raise InvalidSetting(
+            f"MEDIA_USAGE_LOG_FORMAT must be one of {', '.join(LOG_FORMATS)}, not {value[:80]!r}."
+        )
+    return value
+
+
 def _database_url_setting() -> None:
     try:
         parse_database_url(database_url())
@@ -175,6 +189,7 @@ _EVERY_SETTING: tuple[Callable[[], object], ...] = (
     _database_url_setting, _broker_setting, queue_name, time_limits, lease_seconds, tick_seconds,
     reconcile_seconds, reconcile_defer_seconds, deletion_lease_seconds, tick_budget, max_queued,
     max_memory_per_child_kib, dispatch_ttl_seconds, batch_size, batch_threshold, Limits.from_env,
+    log_format,
 )  # fmt: skip
 
 

@@ -10,7 +10,7 @@ from typing import Any
 from celery import Task
 from celery.exceptions import SoftTimeLimitExceeded
 
-from media_usage_worker.domain.errors import InvalidArgument
+from media_usage_worker.domain.errors import InvalidArgument, ItemsFailed
 from media_usage_worker.domain.messages import after_write_arguments
 from media_usage_worker.domain.policy import Limits
 from media_usage_worker.domain.timestamps import seconds_between
@@ -106,8 +106,9 @@ def process_work(collection_id: Any, content_id: Any, work_version: Any) -> dict
     else:
         dispatch.release([(collection_id, content_id, work_version)])
     # The outcome is the task's result: Flower shows it from the task-succeeded event, so a
-    # custom event per item would only double the event traffic.
-    return result
+    # custom event per item would only double the event traffic. An item that failed for good
+    # ends the task as a failure instead (see _reported).
+    return _reported(result, [result] if result.get("outcome") == Outcome.FAILED else [])
 
 
 @media_usage_task("media_usage.process_batch")
@@ -132,15 +133,27 @@ def process_batch(items: Any) -> dict[str, Any]:
         interrupts=OUT_OF_TIME,
     ).run(checked)
     dispatch.release([(i.collection_id, i.content_id, i.work_version) for i in checked])
-    return {
+    failed = [r for r in results if r.outcome == Outcome.FAILED]
+    summary = {
         "items": len(checked),
         "outcomes": dict(Counter(str(r.outcome) for r in results)),
-        "failed": [
-            [r.collection_id, r.content_id, str(r.error_code)]
-            for r in results
-            if r.outcome == Outcome.FAILED
-        ],
+        "failed": [[r.collection_id, r.content_id, str(r.error_code)] for r in failed],
     }
+    return _reported(summary, failed)
+
+
+def _reported(summary: dict[str, Any], failed: list[Any]) -> dict[str, Any]:
+    """The task's result, or ``ItemsFailed`` carrying it when an item failed for good.
+
+    Monitors filter by task state, and Celery's convention for "this task's work failed" is an
+    exception: the task ends FAILURE in Flower, with the summary in the exception. The database
+    already holds every outcome, so nothing is retried: with late acks Celery acknowledges a
+    message whose task raised, and ``ItemsFailed`` is declared expected (logged without a
+    traceback; the items' own ERROR lines say why).
+    """
+    if failed:
+        raise ItemsFailed(summary)
+    return summary
 
 
 _AFTER_WRITE_ARGUMENTS = after_write_arguments()
