@@ -24,12 +24,13 @@ from typing import Any
 import sqlalchemy as sa
 
 from media_usage_worker.domain import validation as check
-from media_usage_worker.domain.cursor import SLUG_ORDER, decode_cursor
+from media_usage_worker.domain.cursor import SLUG_ORDER, decode_cursor, usage_scope
 from media_usage_worker.domain.errors import InvalidArgument
 from media_usage_worker.repository import deletions as deletion_store
 from media_usage_worker.repository import status as status_store
 from media_usage_worker.repository import usage as usage_store
-from media_usage_worker.repository.db import create_engine, read_transaction
+from media_usage_worker.repository.db import read_transaction
+from media_usage_worker.repository.migrate import open_migrated
 from media_usage_worker.repository.status import CollectionStatus
 from media_usage_worker.repository.usage import Coverage, ScopeCoverage, UsageEntry, UsagePage
 
@@ -77,8 +78,10 @@ class MediaUsage:
     @classmethod
     @contextmanager
     def connect(cls, database_url: str) -> Iterator[MediaUsage]:
-        """An index on its own engine, disposed on leaving the block."""
-        engine = create_engine(database_url)
+        """An index on its own engine, disposed on leaving the block. A database that does not
+        exist (a SQLite path with no file is never created) or is not migrated is
+        ``DatabaseNotReady``, saying what to run."""
+        engine = open_migrated(database_url)
         try:
             yield cls(engine)
         finally:
@@ -95,7 +98,7 @@ class MediaUsage:
             raise InvalidArgument("media_ids must be a sequence of media ids.")
         if len(media_ids) > MAX_IDS:
             raise InvalidArgument(f"At most {MAX_IDS} media ids per call, not {len(media_ids)}.")
-        ids = [check.identifier(i, "A media id is required.") for i in media_ids]
+        ids = [check.named_identifier("each media id", i) for i in media_ids]
         with read_transaction(self._engine) as conn:
             coverage = usage_store.read_coverage(conn)
             counts = usage_store.usage_counts(conn, ids) if ids else {}
@@ -118,8 +121,8 @@ class MediaUsage:
         """One page of the entries using ``media_id`` (trashed ones included, with
         ``deleted_at``), by collection slug and content id, ``limit`` (1 to 100, default 50)
         at a time; pass ``next_cursor`` on."""
-        check.identifier(media_id, "A media id is required.")
-        decode_cursor(cursor, SLUG_ORDER)
+        check.named_identifier("media_id", media_id)
+        decode_cursor(cursor, SLUG_ORDER, scope=usage_scope(media_id))
         return usage_store.usage_page(self._engine, media_id, limit=limit, cursor=cursor)
 
     def status(self) -> StatusOverview:

@@ -40,7 +40,9 @@ class DemoSummary:
     references: int
     coverage: dict[str, str]
     elapsed_seconds: float
-    items_per_second: float
+    # Only a run that finished has a rate: one cut short by the timeout did not index its
+    # entries in that time, so written / elapsed would claim a speed nobody measured.
+    items_per_second: float | None
     finished: bool
     directory: Path
     work_left: int = 0
@@ -191,7 +193,7 @@ def _summary(
         references=sum(t.references for t in totals.values()),
         coverage={d.slug: d.coverage for d in details if d.slug in slugs},
         elapsed_seconds=round(elapsed, 1),
-        items_per_second=round(written / elapsed, 1) if elapsed else 0.0,
+        items_per_second=round(written / elapsed, 1) if finished and elapsed else None,
         finished=finished,
         directory=directory,
         work_left=sum(sum(d.work.values()) for d in details),

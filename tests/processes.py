@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -100,3 +101,25 @@ class Processes:
         for proc in self.running:
             if proc.poll() is None:
                 self.kill(proc)
+
+
+@dataclass(frozen=True)
+class Ran:
+    code: int
+    out: str
+    err: str
+
+    @property
+    def errors(self) -> list[str]:
+        return [line for line in self.err.splitlines() if line.startswith("Error")]
+
+
+def cli(*args: str, url: str | None = None, cwd: Path | None = None) -> Ran:
+    env = {k: v for k, v in os.environ.items() if k != "MEDIA_USAGE_DATABASE_URL"}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
+    command = [sys.executable, "-m", "media_usage_worker", *args]
+    if url is not None:
+        command += ["--database-url", url]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60, env=env, cwd=cwd)
+    assert "Traceback" not in done.stderr, done.stderr
+    return Ran(done.returncode, done.stdout, done.stderr)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any, TypeVar
 
 import click
@@ -70,19 +69,21 @@ def open_engine(
     a database without this code's schema is refused with the command that fixes it, before
     any statement could fail on a missing table.
     """
-    from media_usage_worker.repository.db import create_engine, parse_database_url
-    from media_usage_worker.repository.migrate import schema_problem
+    from media_usage_worker.repository.db import (
+        create_engine,
+        parse_database_url,
+        refuse_missing_sqlite_file,
+    )
+    from media_usage_worker.repository.migrate import open_migrated
 
-    url = parse_database_url(database_url)
-    if url.get_backend_name() == "sqlite" and not create:
-        path = Path(url.database or "")
-        if not path.is_file():
-            raise Outcome(f"no database at {path}: run media-usage db upgrade to create it")
-    engine = create_engine(url)
+    if migrated:
+        engine = open_migrated(database_url)
+    else:
+        url = (
+            parse_database_url(database_url) if create else refuse_missing_sqlite_file(database_url)
+        )
+        engine = create_engine(url)
     try:
-        problem = schema_problem(engine) if migrated else None
-        if problem is not None:
-            raise Outcome(problem)
         yield engine
     finally:
         engine.dispose()

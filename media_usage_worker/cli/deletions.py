@@ -70,12 +70,12 @@ def collections_deletions(
     state: str, limit: int, cursor: str | None, as_json: bool, database_url: str
 ) -> None:
     """Collection deletions by state, newest change first (default: the failed ones)."""
-    from media_usage_worker.domain.cursor import decode_cursor
+    from media_usage_worker.domain.cursor import decode_cursor, deletion_scope
     from media_usage_worker.domain.vocabulary import DeletionState
     from media_usage_worker.repository.deletions import page
 
-    decode_cursor(cursor)
     wanted = None if state == "all" else DeletionState(state)
+    decode_cursor(cursor, scope=deletion_scope(wanted))
     with open_engine(database_url) as engine:
         found = page(engine, wanted, limit, cursor)
     if as_json:

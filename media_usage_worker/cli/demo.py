@@ -47,7 +47,9 @@ def demo_command(
         click.echo(f"references found     {summary.references}")
         for slug, coverage in summary.coverage.items():
             click.echo(f"coverage {slug:<12}{coverage}")
-        click.echo(f"items/s              {summary.items_per_second}")
+        rate = summary.items_per_second
+        shown = rate if rate is not None else "not measured: the run did not finish"
+        click.echo(f"items/s              {shown}")
         click.echo(f"elapsed              {summary.elapsed_seconds} s")
         click.echo(f"database             {summary.directory / 'demo.db'}")
     if not summary.finished:

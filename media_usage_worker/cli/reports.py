@@ -150,10 +150,10 @@ def usage_command(
     from dataclasses import asdict
 
     from media_usage_worker.api import MediaUsage
-    from media_usage_worker.domain.cursor import SLUG_ORDER, decode_cursor
+    from media_usage_worker.domain.cursor import SLUG_ORDER, decode_cursor, usage_scope
 
     checked_id(media_id, "MEDIA_ID")
-    decode_cursor(cursor, SLUG_ORDER)
+    decode_cursor(cursor, SLUG_ORDER, scope=usage_scope(media_id))
     with open_engine(database_url) as engine:
         index = MediaUsage(engine)
         page = index.usage(media_id, limit=limit, cursor=cursor)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+import socket
 
 import click
 
@@ -29,15 +29,46 @@ def serve_command(host: str, port: int, database_url: str) -> None:
             f"serve needs the api extra: pip install 'media-usage-worker[api]' ({exc.name})"
         ) from None
     from media_usage_worker.http.settings import ApiSettings
-    from media_usage_worker.repository.db import create_engine, parse_database_url
+    from media_usage_worker.repository.db import create_engine, refuse_missing_sqlite_file
 
     settings = ApiSettings.from_env()
-    url = parse_database_url(database_url)
     # As every command but db upgrade: a SQLite path with no file is refused, not created.
-    if url.get_backend_name() == "sqlite" and not Path(url.database or "").is_file():
-        raise Outcome(f"no database at {url.database}: run media-usage db upgrade to create it")
-    engine = create_engine(url)
-    app = create_app(engine, settings)
-    uvicorn.run(
-        app, host=host, port=port, log_level="info", server_header=False, proxy_headers=False
+    # A database still to migrate is served: /readyz says so until db upgrade has run.
+    engine = create_engine(refuse_missing_sqlite_file(database_url))
+    listening = _listen(host, port)
+    if settings.token is None:
+        how = "" if settings.public_reads else " (and read endpoints and /metrics)"
+        click.echo(
+            f"media-usage serve: warning: MEDIA_USAGE_API_TOKEN is not set, so operator "
+            f"endpoints{how} answer 403; set it to enable them.",
+            err=True,
+        )
+    config = uvicorn.Config(
+        create_app(engine, settings),
+        log_level="info",
+        server_header=False,
+        proxy_headers=False,
     )
+    uvicorn.Server(config).run(sockets=[listening])
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """The listening socket, bound here so a port in use is one line and exit 1, before the
+    server logs a word (uvicorn reports it in several lines and exits 3)."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except socket.gaierror as exc:
+        raise BadInput(
+            f"--host {host!r} is not an address to listen on ({exc.strerror})."
+        ) from None
+    listening = socket.socket(family, kind, proto)
+    listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listening.bind(address)
+    except OSError as exc:
+        listening.close()
+        raise Outcome(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    listening.listen(2048)
+    return listening

@@ -83,11 +83,13 @@ def work_list(
     from dataclasses import asdict
 
     from media_usage_worker.domain.content_model import validate_collection_slug
-    from media_usage_worker.domain.cursor import decode_cursor
+    from media_usage_worker.domain.cursor import decode_cursor, work_scope
+    from media_usage_worker.domain.validation import work_state
     from media_usage_worker.repository.work import MediaUsageWorkRepository
 
     validate_collection_slug(slug)
-    decode_cursor(cursor)  # reject a bad cursor before connecting
+    # Reject a bad cursor, or one from another listing, before connecting.
+    decode_cursor(cursor, scope=work_scope(slug, work_state(state)))
     with open_engine(database_url) as engine:
         page = MediaUsageWorkRepository(engine).find_operator_page(
             collection_slug=slug, state=state, limit=limit, cursor=cursor
@@ -172,7 +174,9 @@ def work_retry(
     if result.outcome != "pending":
         raise Outcome(
             _RETRY_REFUSED[result.outcome].format(
-                collection=slug or collection_id, until=result.lease_expires_at
+                collection=slug or collection_id,
+                content_id=content_id,
+                until=result.lease_expires_at,
             )
         )
 
@@ -181,5 +185,9 @@ def work_retry(
 _RETRY_REFUSED = {
     RetryOutcome.LEASE_ACTIVE: "a worker holds this item until {until}; retry it if it then fails",
     RetryOutcome.COLLECTION_NOT_FOUND: "collection {collection!r} not found or capture inactive",
+    RetryOutcome.CONTENT_NOT_FOUND: (
+        "collection {collection!r} has no entry {content_id!r} (no content row, no work and "
+        "nothing indexed): nothing to retry"
+    ),
     RetryOutcome.CONFLICT: "the item changed while it was being retried; run the command again",
 }

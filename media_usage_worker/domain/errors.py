@@ -36,7 +36,7 @@ class InvalidSlug(InvalidArgument):
 
 
 class InvalidCursor(InvalidArgument):
-    """The cursor is malformed or was not issued by this service."""
+    """The cursor is malformed, or was not issued by this service for this listing."""
 
 
 class InvalidSetting(InvalidArgument):
@@ -116,3 +116,7 @@ class ItemsFailed(MediaUsageError):
     def __reduce__(self) -> tuple[type[ItemsFailed], tuple[dict[str, object]]]:
         # Celery copies an exception by pickling it before it reports the failure.
         return (ItemsFailed, (self.summary,))
+
+
+class DatabaseNotReady(MediaUsageError):
+    """The database does not exist yet or lacks this code's schema: run media-usage db upgrade."""

@@ -24,7 +24,7 @@ MAX_BIGINT = 2**63 - 1
 
 
 T = TypeVar("T")
-_WORK_STATES = frozenset(state.value for state in WorkState)
+_WORK_STATES = tuple(state.value for state in WorkState)
 _PHASES = frozenset(phase.value for phase in ReconciliationPhase)
 
 _POSITIVE_DECIMAL = re.compile(r"[1-9][0-9]*")
@@ -76,6 +76,22 @@ def identifier(value: object, message: str) -> str:
     if not is_usable_identifier(value):
         raise InvalidArgument(message)
     return value
+
+
+def named_identifier(name: str, value: object) -> str:
+    """``value`` as the id a caller passed as ``name`` (a parameter or a body field); the
+    refusal names it and says whether it was missing or what an id must be."""
+    if value is None:
+        raise InvalidArgument(
+            f"{name} is required: an id of 1 to {MAX_IDENTIFIER_LENGTH:,} characters."
+        )
+    if not isinstance(value, str):
+        raise InvalidArgument(f"{name} must be a string id, not {type(value).__name__}.")
+    return identifier(
+        value,
+        f"{name} must be 1 to {MAX_IDENTIFIER_LENGTH:,} characters of text without NUL "
+        f"(this one has {len(value):,}).",
+    )
 
 
 def identity(collection_id: object, content_id: object) -> tuple[str, str]:
@@ -140,13 +156,14 @@ def due_limit(value: object) -> int:
     return int(value)
 
 
+OPERATOR_LIMIT_RULE = f"limit must be a whole number from 1 to {OPERATOR_MAX_LIMIT}."
+
+
 def operator_limit(value: object) -> int:
     if value is None:
         return OPERATOR_DEFAULT_LIMIT
     if not _is_whole(value) or not 1 <= int(value) <= OPERATOR_MAX_LIMIT:
-        raise InvalidArgument(
-            f"Media usage operator limit must be a whole number from 1 to {OPERATOR_MAX_LIMIT}."
-        )
+        raise InvalidArgument(OPERATOR_LIMIT_RULE)
     return int(value)
 
 
@@ -154,9 +171,16 @@ def work_state(value: object) -> WorkState | None:
     if value is None:
         return None
     if not isinstance(value, str) or value not in _WORK_STATES:
-        raise InvalidArgument(
-            "Media usage work listing requires a valid state (pending, retry, leased, failed)."
-        )
+        raise InvalidArgument(f"state must be one of {', '.join(_WORK_STATES)}.")
+    return WorkState(value)
+
+
+def deletion_state(value: object) -> WorkState | None:
+    """A deletion listing's state: a work state, or ``all`` (``None``)."""
+    if value == "all":
+        return None
+    if not isinstance(value, str) or value not in _WORK_STATES:
+        raise InvalidArgument(f"state must be one of {', '.join(_WORK_STATES)}, all.")
     return WorkState(value)
 
 

@@ -108,6 +108,9 @@ class RetryOutcome(StrEnum):
     PENDING = "pending"
     LEASE_ACTIVE = "lease_active"
     COLLECTION_NOT_FOUND = "collection_not_found"
+    # own: the entry has no work, no content row and nothing in the index; a retry would
+    # only queue work for an id nobody wrote
+    CONTENT_NOT_FOUND = "content_not_found"
     CONFLICT = "conflict"
 
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import asdict
@@ -18,11 +19,12 @@ from starlette.concurrency import run_in_threadpool
 from media_usage_worker.api import MAX_IDS, Coverage, MediaUsage
 from media_usage_worker.domain import validation as check
 from media_usage_worker.domain.content_model import validate_collection_slug
-from media_usage_worker.domain.cursor import decode_cursor
+from media_usage_worker.domain.cursor import decode_cursor, deletion_scope, work_scope
 from media_usage_worker.domain.errors import InvalidArgument
 from media_usage_worker.domain.vocabulary import DeletionOutcome, RetryOutcome
 from media_usage_worker.http import errors, security
 from media_usage_worker.http.errors import ApiError
+from media_usage_worker.http.head import HeadAsGet
 from media_usage_worker.http.metrics import IndexCollector
 from media_usage_worker.http.settings import MAX_BODY_BYTES, ApiSettings
 from media_usage_worker.pipeline.deletion import delete_collection
@@ -31,15 +33,17 @@ from media_usage_worker.repository.collections import CollectionRegistry, reques
 from media_usage_worker.repository.db import read_transaction
 from media_usage_worker.repository.deletions import page as deletion_page
 from media_usage_worker.repository.deletions import reopen as reopen_deletion
-from media_usage_worker.repository.migrate import schema_problem
+from media_usage_worker.repository.migrate import UNREADABLE, schema_problem
 from media_usage_worker.repository.work import MediaUsageWorkRepository
 
+log = logging.getLogger(__name__)
 # Ids one ``GET /v1/usage`` answers (the Python API takes up to ``MAX_IDS``).
 MAX_HTTP_IDS = min(100, MAX_IDS)
 _RETRY_STATUS = {
     RetryOutcome.LEASE_ACTIVE: (409, "lease_active"),
     RetryOutcome.CONFLICT: (409, "conflict"),
     RetryOutcome.COLLECTION_NOT_FOUND: (404, "collection_not_found"),
+    RetryOutcome.CONTENT_NOT_FOUND: (404, "content_not_found"),
 }
 
 
@@ -60,6 +64,7 @@ def create_app(engine: sa.Engine, settings: ApiSettings) -> FastAPI:
         lifespan=lifespan,
     )
     errors.install(app)
+    app.add_middleware(HeadAsGet)
     index = MediaUsage(engine)
     work = MediaUsageWorkRepository(engine)
     registry = CollectorRegistry(auto_describe=False)
@@ -83,6 +88,11 @@ def create_app(engine: sa.Engine, settings: ApiSettings) -> FastAPI:
     def readyz() -> JSONResponse:
         """The database is reachable and migrated; the capture state is reported."""
         problem = schema_problem(engine)
+        if problem is not None and problem.startswith(UNREADABLE):
+            # The driver's text names the database's host and port: the log gets it, an
+            # unauthenticated caller only what to look at.
+            log.warning("not ready: %s", problem)
+            problem = f"{UNREADABLE} (the API server's log has the reason)"
         capture = None
         if problem is None:
             with read_transaction(engine) as conn:
@@ -90,13 +100,14 @@ def create_app(engine: sa.Engine, settings: ApiSettings) -> FastAPI:
         body = {"ready": problem is None, "problem": problem, "capture": capture}
         return JSONResponse(body, status_code=200 if problem is None else 503)
 
-    @app.get("/v1/media/{media_id}/usage", dependencies=read)
+    # ``:path``: a media id may hold "/" (a folder-like storage id), raw or as %2F.
+    @app.get("/v1/media/{media_id:path}/usage", dependencies=read)
     def media_usage(
         media_id: str, limit: str | None = None, cursor: str | None = None
     ) -> dict[str, Any]:
         """Entries using one media item, a keyset page at a time, with the coverage that says
         whether "used nowhere" can be trusted."""
-        check.identifier(media_id, "A media id is required (1 to 1,024 characters).")
+        check.named_identifier("media_id", media_id)
         page = index.usage(media_id, limit=_limit(limit), cursor=cursor)
         counted = index.usage_counts([media_id])
         count = counted.counts[media_id]
@@ -144,9 +155,10 @@ def create_app(engine: sa.Engine, settings: ApiSettings) -> FastAPI:
         cursor: str | None = None,
     ) -> dict[str, Any]:
         """A collection's work, newest first (lease tokens are never shown)."""
+        if collection is None:
+            raise InvalidArgument("collection is required: the slug of the collection to list.")
         slug = validate_collection_slug(collection)
-        check.work_state(state)
-        decode_cursor(cursor)
+        decode_cursor(cursor, scope=work_scope(slug, check.work_state(state)))
         page = work.find_operator_page(
             collection_slug=slug, state=state, limit=_limit(limit), cursor=cursor
         )
@@ -164,7 +176,7 @@ def create_app(engine: sa.Engine, settings: ApiSettings) -> FastAPI:
     def _retry(body: dict[str, Any]) -> JSONResponse:
         if ("collection" in body) == ("collection_id" in body):
             raise InvalidArgument('Give exactly one of "collection" and "collection_id".')
-        content_id = check.identifier(body.get("content_id"), '"content_id" is required.')
+        content_id = check.named_identifier('"content_id"', body.get("content_id"))
         if "collection" in body:
             slug = validate_collection_slug(body["collection"])
             found = CollectionRegistry(engine).get(slug)
@@ -172,7 +184,7 @@ def create_app(engine: sa.Engine, settings: ApiSettings) -> FastAPI:
                 raise ApiError(404, "collection_not_found", f"No collection has slug {slug!r}.")
             collection_id = found.id
         else:
-            collection_id = check.identifier(body["collection_id"], '"collection_id" is invalid.')
+            collection_id = check.named_identifier('"collection_id"', body["collection_id"])
         result = work.retry_operator_work(collection_id=collection_id, content_id=content_id)
         if result.outcome != RetryOutcome.PENDING:
             status_code, code = _RETRY_STATUS[result.outcome]
@@ -231,8 +243,8 @@ def create_app(engine: sa.Engine, settings: ApiSettings) -> FastAPI:
         state: str | None = "failed", limit: str | None = None, cursor: str | None = None
     ) -> dict[str, Any]:
         """Collection deletions by state (default ``failed``; ``all``), newest change first."""
-        wanted = None if state == "all" else check.work_state(state)
-        decode_cursor(cursor)
+        wanted = check.deletion_state(state)
+        decode_cursor(cursor, scope=deletion_scope(wanted))
         found = deletion_page(engine, wanted, _limit(limit) or 50, cursor)
         return {"deletions": [t.shown() for t in found.items], "next_cursor": found.next_cursor}
 
@@ -256,7 +268,7 @@ def _limit(raw: str | None) -> int | None:
     if raw is None:
         return None
     if not (raw.isascii() and raw.isdigit() and len(raw) <= 4):
-        raise InvalidArgument("limit must be a whole number from 1 to 100.")
+        raise InvalidArgument(check.OPERATOR_LIMIT_RULE)
     return check.operator_limit(int(raw))
 
 

@@ -78,7 +78,9 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(HTTPException)
     async def http_error(_: Request, exc: HTTPException) -> JSONResponse:
         code = _HTTP_CODES.get(exc.status_code, "http_error")
-        return error_response(exc.status_code, code, str(exc.detail))
+        # Starlette's headers (``Allow`` on a 405) are part of the answer.
+        headers = dict(exc.headers) if exc.headers else None
+        return error_response(exc.status_code, code, str(exc.detail), headers)
 
     @app.exception_handler(OperationalError)
     async def unavailable(_: Request, exc: OperationalError) -> JSONResponse:

@@ -17,6 +17,7 @@ import contextlib
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
@@ -24,7 +25,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import URL, Engine, make_url
 from sqlalchemy.exc import ArgumentError
 
-from media_usage_worker.domain.errors import InvalidDatabaseURL
+from media_usage_worker.domain.errors import DatabaseNotReady, InvalidDatabaseURL
 from media_usage_worker.repository.stored_text import decode_text
 
 SQLITE_BUSY_TIMEOUT_SECONDS = 30
@@ -62,6 +63,19 @@ def parse_database_url(url: str | URL) -> URL:
     raise InvalidDatabaseURL(
         f"Unsupported database URL scheme {parsed.drivername[:100]!r}: use {ACCEPTED_URLS}."
     )
+
+
+def refuse_missing_sqlite_file(url: str | URL) -> URL:
+    """``url`` parsed; a SQLite path with no file is ``DatabaseNotReady``. Connecting would
+    create an empty file, so only the migration (``db upgrade``) may bring one into being."""
+    parsed = parse_database_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        path = Path(parsed.database or "")
+        if not path.is_file():
+            raise DatabaseNotReady(
+                f"no database at {path}: run media-usage db upgrade to create it"
+            )
+    return parsed
 
 
 def create_engine(url: str | URL, **overrides: Any) -> Engine:

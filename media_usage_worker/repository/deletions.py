@@ -15,7 +15,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from media_usage_worker.domain import deletion as rules
-from media_usage_worker.domain.cursor import decode_cursor, encode_cursor
+from media_usage_worker.domain.cursor import decode_cursor, deletion_scope, encode_cursor
 from media_usage_worker.domain.errors import DeletionConflict
 from media_usage_worker.domain.vocabulary import (
     CaptureState,
@@ -449,7 +449,8 @@ class DeletionPage:
 
 def page(bind: Bind, state: DeletionState | None, limit: int, cursor: str | None) -> DeletionPage:
     """Deletions in ``state`` (all when ``None``), newest change first."""
-    position = decode_cursor(cursor)
+    scope = deletion_scope(state)
+    position = decode_cursor(cursor, scope=scope)
     query = sa.select(collection_deletions)
     if state is not None:
         query = query.where(_d.state == state)
@@ -464,7 +465,9 @@ def page(bind: Bind, state: DeletionState | None, limit: int, cursor: str | None
     more = len(rows) > limit
     rows = rows[:limit]
     last = rows[-1] if rows and more else None
-    return DeletionPage(rows, encode_cursor(last.updated_at, last.collection_id) if last else None)
+    return DeletionPage(
+        rows, encode_cursor(last.updated_at, last.collection_id, scope=scope) if last else None
+    )
 
 
 def reopen(bind: Bind, slug: str) -> Tombstone | None:

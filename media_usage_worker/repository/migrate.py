@@ -19,8 +19,8 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
-from media_usage_worker.domain.errors import InvalidArgument
-from media_usage_worker.repository.db import create_engine
+from media_usage_worker.domain.errors import DatabaseNotReady, InvalidArgument
+from media_usage_worker.repository.db import create_engine, refuse_missing_sqlite_file
 
 VERSION_TABLE = "_media_usage_worker_migrations"
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
@@ -107,13 +107,17 @@ def _config_without_connection() -> Config:
     return config
 
 
+# How ``schema_problem`` begins when the database cannot be reached or read at all.
+UNREADABLE = "the database cannot be read"
+
+
 def schema_problem(engine: sa.Engine) -> str | None:
     """``None`` when the database has this code's schema, else what an operator must do."""
     try:
         current = current_revision(engine)
     except sa.exc.DBAPIError as exc:
         detail = (str(exc.orig).strip().splitlines() or [type(exc.orig).__name__])[0]
-        return f"the database cannot be read: {detail[:300]}"
+        return f"{UNREADABLE}: {detail[:300]}"
     head = head_revision()
     if current == head:
         return None
@@ -122,3 +126,15 @@ def schema_problem(engine: sa.Engine) -> str | None:
     return (
         f"the database schema is at {current}, this code needs {head}: run media-usage db upgrade"
     )
+
+
+def open_migrated(url: str | sa.URL) -> sa.Engine:
+    """An engine on an existing database that has this code's schema. A SQLite path with no
+    file, or a database to migrate, is ``DatabaseNotReady`` saying what to run; nothing is
+    created and no statement fails half-way on a missing table."""
+    engine = create_engine(refuse_missing_sqlite_file(url))
+    problem = schema_problem(engine)
+    if problem is not None:
+        engine.dispose()
+        raise DatabaseNotReady(problem)
+    return engine

@@ -9,7 +9,7 @@ import sqlalchemy as sa
 
 from media_usage_worker.domain import coverage as coverage_rules
 from media_usage_worker.domain import validation as check
-from media_usage_worker.domain.cursor import SLUG_ORDER, decode_cursor, encode_cursor
+from media_usage_worker.domain.cursor import SLUG_ORDER, decode_cursor, encode_cursor, usage_scope
 from media_usage_worker.domain.rules import RulesState
 from media_usage_worker.domain.vocabulary import CoverageStatus
 from media_usage_worker.repository.activation import is_activation_active
@@ -179,9 +179,10 @@ def usage_page(
     Any id is answered from the index, as ``usage_count`` answers it, whether or not the media
     library has a row for it (emdash answers NOT_FOUND there; see ``UsagePage.in_library``).
     """
-    check.identifier(media_id, "A media id is required.")
+    check.named_identifier("media_id", media_id)
     page_limit = check.operator_limit(limit)
-    position = decode_cursor(cursor, SLUG_ORDER)
+    scope = usage_scope(media_id)
+    position = decode_cursor(cursor, SLUG_ORDER, scope=scope)
     with read_transaction(engine) as conn:
         in_library = (
             conn.execute(sa.select(media.c.id).where(media.c.id == media_id)).first() is not None
@@ -206,7 +207,9 @@ def usage_page(
         groups = groups[:page_limit]
         entries = [_entry(conn, joined, where, active, media_id, *group) for group in groups]
         result_coverage = read_coverage(conn)
-    next_cursor = encode_cursor(groups[-1][1], groups[-1][2]) if has_more and groups else None
+    next_cursor = (
+        encode_cursor(groups[-1][1], groups[-1][2], scope=scope) if has_more and groups else None
+    )
     return UsagePage(media_id, result_coverage, entries, next_cursor, in_library)
 
 
@@ -263,7 +266,7 @@ def _entry(
 
 def usage_count(engine: sa.Engine, media_id: str) -> tuple[Coverage, int | None]:
     """The number of live entries using ``media_id``; ``None`` unless coverage is complete."""
-    check.identifier(media_id, "A media id is required.")
+    check.named_identifier("media_id", media_id)
     with read_transaction(engine) as conn:
         current = read_coverage(conn)
         count = usage_counts(conn, [media_id])[media_id]

@@ -12,7 +12,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from media_usage_worker.domain import validation as check
-from media_usage_worker.domain.cursor import decode_cursor, encode_cursor
+from media_usage_worker.domain.cursor import decode_cursor, encode_cursor, work_scope
 from media_usage_worker.domain.vocabulary import CoverageStatus, RetryOutcome, WorkState
 from media_usage_worker.domain.work import (
     OperatorRetryResult,
@@ -21,9 +21,10 @@ from media_usage_worker.domain.work import (
     operator_order,
 )
 from media_usage_worker.repository.clock import db_now, lease_is_live
+from media_usage_worker.repository.content_tables import content_columns
 from media_usage_worker.repository.db import read_transaction, transaction
 from media_usage_worker.repository.predicates import active_status_row, lease_expired, registered
-from media_usage_worker.repository.schema import collections, index_status, work
+from media_usage_worker.repository.schema import collections, index_status, sources, work
 from media_usage_worker.repository.work_rows import (
     WorkTable,
     current_identity,
@@ -54,7 +55,8 @@ class OperatorWork(WorkTable):
         check.identifier(collection_slug, "Media usage work listing requires a collection slug.")
         wanted = check.work_state(state)
         page_limit = check.operator_limit(limit)
-        position = decode_cursor(cursor)
+        scope = work_scope(collection_slug, wanted)
+        position = decode_cursor(cursor, scope=scope)
 
         with read_transaction(self.bind) as conn:
             collection = conn.execute(
@@ -94,7 +96,7 @@ class OperatorWork(WorkTable):
         items = ordered[:page_limit]
         next_cursor = None
         if len(ordered) > page_limit and items:
-            next_cursor = encode_cursor(items[-1].updated_at, items[-1].content_id)
+            next_cursor = encode_cursor(items[-1].updated_at, items[-1].content_id, scope=scope)
         return Page(items=items, next_cursor=next_cursor)
 
     def retry_operator_work(self, *, collection_id: str, content_id: str) -> OperatorRetryResult:
@@ -105,6 +107,8 @@ class OperatorWork(WorkTable):
             return OperatorRetryResult(RetryOutcome.COLLECTION_NOT_FOUND)
 
         observed = self._find_by_identity(collection_id, content_id)
+        if observed is None and not self._entry_is_known(collection_id, slug, content_id):
+            return OperatorRetryResult(RetryOutcome.CONTENT_NOT_FOUND)
         if (
             observed is not None
             and observed.state == WorkState.PENDING
@@ -138,6 +142,25 @@ class OperatorWork(WorkTable):
                 )
             ).scalar_one_or_none()
         return slug
+
+    def _entry_is_known(self, collection_id: str, slug: str, content_id: str) -> bool:
+        """The entry has a content row, or sources in the index (an entry deleted since it was
+        indexed: a retry removes them)."""
+        entry = content_columns(slug)
+        with read_transaction(self.bind) as conn:
+            in_content = conn.execute(
+                sa.select(1).select_from(entry).where(entry.c.id == content_id).limit(1)
+            ).first()
+            in_index = conn.execute(
+                sa.select(1)
+                .where(
+                    sources.c.collection_slug == slug,
+                    sources.c.content_id == content_id,
+                    sources.c.collection_id == collection_id,
+                )
+                .limit(1)
+            ).first()
+        return in_content is not None or in_index is not None
 
     def _find_by_identity(self, collection_id: str, content_id: str) -> sa.Row[Any] | None:
         with transaction(self.bind) as conn:

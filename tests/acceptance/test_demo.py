@@ -96,3 +96,18 @@ def test_the_demo_refuses_a_directory_that_is_not_empty(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert "is not empty" in done.stderr and "Traceback" not in done.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.txt"]
+
+
+def test_a_demo_cut_short_reports_what_it_did_and_no_rate(tmp_path: Path) -> None:
+    directory = tmp_path / "demo"
+    done = subprocess.run(
+        [sys.executable, "-m", "media_usage_worker", "demo", "--entries", "3000", "--json",
+         "--directory", str(directory), "--timeout", "2"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr[-3000:]
+    summary = json.loads(done.stdout)
+    assert summary["finished"] is False
+    assert summary["items_per_second"] is None
+    assert summary["entries_indexed"] < summary["entries_written"] or summary["work_left"] > 0
+    assert "did not finish within 2 s" in done.stderr

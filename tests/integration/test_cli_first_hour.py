@@ -1,4 +1,4 @@
-"""The operator's first hour (issue 25): the CLI as a subprocess, on both dialects.
+"""The operator's first hour: the CLI as a subprocess, on both dialects.
 
 Each test runs ``python -m media_usage_worker`` the way an operator runs ``media-usage``: exit
 codes, one ``Error`` line and no traceback on bad input, and nothing created or changed by it.
@@ -7,10 +7,6 @@ codes, one ``Error`` line and no traceback on bad input, and nothing created or 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -18,31 +14,10 @@ import sqlalchemy as sa
 
 from media_usage_worker.domain.content_model import FieldDefinition
 from media_usage_worker.repository.migrate import current_revision, head_revision
+from tests.processes import cli
 from tests.support import active_collection, drain, mark_coverage_complete
 
 ACCEPTED = "sqlite:///PATH or postgresql://"
-
-
-@dataclass(frozen=True)
-class Ran:
-    code: int
-    out: str
-    err: str
-
-    @property
-    def errors(self) -> list[str]:
-        return [line for line in self.err.splitlines() if line.startswith("Error")]
-
-
-def cli(*args: str, url: str | None = None, cwd: Path | None = None) -> Ran:
-    env = {k: v for k, v in os.environ.items() if k != "MEDIA_USAGE_DATABASE_URL"}
-    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
-    command = [sys.executable, "-m", "media_usage_worker", *args]
-    if url is not None:
-        command += ["--database-url", url]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=60, env=env, cwd=cwd)
-    assert "Traceback" not in done.stderr, done.stderr
-    return Ran(done.returncode, done.stdout, done.stderr)
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""``media-usage serve`` as a real process on loopback, on both dialects (issue 23): every
+"""``media-usage serve`` as a real process on loopback, on both dialects: every
 endpoint, the auth cases, and bad paths, query strings and bodies (never a 500, nothing changed)."""
 
 from __future__ import annotations

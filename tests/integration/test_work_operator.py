@@ -5,8 +5,16 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 
-from media_usage_worker.domain.cursor import encode_cursor
-from tests.support import FUTURE, PAST, get_work, insert_work, status_row
+from media_usage_worker.domain.cursor import encode_cursor, work_scope
+from tests.support import (
+    FUTURE,
+    PAST,
+    active_collection,
+    drain,
+    get_work,
+    insert_work,
+    status_row,
+)
 
 
 def stamp(second: int) -> str:
@@ -94,7 +102,7 @@ def test_tampered_or_truncated_cursor_is_a_value_error(repo, posts, db) -> None:
     cursor = repo.find_operator_page(collection_slug="posts", limit=2).next_cursor
     assert cursor
     flipped = cursor[:3] + ("A" if cursor[3] != "A" else "B") + cursor[4:]
-    forged_shape = encode_cursor("not-a-time", "e1")
+    forged_shape = encode_cursor("not-a-time", "e1", scope=work_scope("posts", None))
     for bad in (
         cursor[:-1],
         cursor[:10],
@@ -106,6 +114,17 @@ def test_tampered_or_truncated_cursor_is_a_value_error(repo, posts, db) -> None:
     ):
         with pytest.raises(ValueError):
             repo.find_operator_page(collection_slug="posts", limit=2, cursor=bad)
+
+
+def test_a_cursor_of_another_listing_is_refused(repo, posts, db) -> None:
+    for i in range(4):
+        insert_work(db, posts, f"e{i}", updated_at=stamp(i))
+    cursor = repo.find_operator_page(collection_slug="posts", limit=2).next_cursor
+    assert repo.find_operator_page(collection_slug="posts", limit=2, cursor=cursor).items
+    active_collection(db, "pages")
+    for other in ({"collection_slug": "pages"}, {"collection_slug": "posts", "state": "pending"}):
+        with pytest.raises(ValueError, match="cursor"):
+            repo.find_operator_page(**other, limit=2, cursor=cursor)
 
 
 # --- operator retry -------------------------------------------------------------------------------
@@ -157,10 +176,24 @@ def test_retry_reopens_work_and_invalidates_coverage(repo, posts, db, row) -> No
 
 
 def test_retry_creates_missing_work(repo, posts, db) -> None:
+    with db.begin() as conn:
+        conn.execute(sa.text("INSERT INTO ec_posts (id) VALUES ('fresh')"))
+        conn.execute(sa.text("DELETE FROM _emdash_media_usage_work"))  # indexed since
+    epoch = status_row(db, posts.id)["change_epoch"]
     result = retry(repo, posts, "fresh")
     assert (result.outcome, result.changed) == ("pending", True)
     row = get_work(db, posts.id, "fresh")
-    assert (row["work_version"], row["change_epoch"], row["collection_slug"]) == (1, 1, "posts")
+    assert (row["work_version"], row["change_epoch"], row["collection_slug"]) == (
+        1, epoch + 1, "posts"
+    )  # fmt: skip
+
+
+def test_retry_of_an_entry_nobody_wrote_is_refused_and_changes_nothing(repo, posts, db) -> None:
+    before = status_row(db, posts.id)
+    result = retry(repo, posts, "does-not-exist")
+    assert (result.outcome, result.changed, result.work) == ("content_not_found", False, None)
+    assert get_work(db, posts.id, "does-not-exist") is None
+    assert status_row(db, posts.id) == before
 
 
 def test_retry_respects_a_live_lease(repo, posts, db) -> None:
@@ -227,3 +260,19 @@ def _row_like(values: dict):
 def test_retry_validation(repo, posts, kw) -> None:
     with pytest.raises(ValueError):
         repo.retry_operator_work(**{"collection_id": posts.id, "content_id": "e1", **kw})
+
+
+def test_retry_of_a_deleted_entry_still_in_the_index_is_accepted(repo, posts, db) -> None:
+    with db.begin() as conn:
+        conn.execute(sa.text("INSERT INTO ec_posts (id) VALUES ('gone')"))
+    drain(db)
+    with db.begin() as conn:
+        conn.execute(sa.text("DELETE FROM ec_posts WHERE id = 'gone'"))
+        conn.execute(sa.text("DELETE FROM _emdash_media_usage_work"))  # its work was lost
+    assert retry(repo, posts, "gone").outcome == "pending"  # the retry removes its sources
+    drain(db)
+    with db.connect() as conn:
+        left = conn.execute(
+            sa.text("SELECT count(*) FROM _emdash_media_usage_sources WHERE content_id = 'gone'")
+        ).scalar_one()
+    assert left == 0
