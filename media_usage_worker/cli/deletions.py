@@ -19,6 +19,8 @@ _OUTCOME_SAYS = {
     "(phase {phase}, {state}); it goes on by itself, see `collections deletions`",
     "has_content": "COLLECTION_HAS_CONTENT: {slug} still has entries; nothing was changed "
     "(--force deletes them with the collection)",
+    "already_deleted": "collection {slug} was already deleted; its clean-up goes on by itself "
+    "(phase {phase}, {state}), see `collections deletions --state all`",
 }
 
 

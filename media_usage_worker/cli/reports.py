@@ -17,6 +17,10 @@ from media_usage_worker.cli.common import (
 )
 from media_usage_worker.domain.vocabulary import ErrorCode
 
+# ``status --check``: the oldest due item may be this many seconds old by default.
+MAX_AGE = 300
+CAPTURE_NOT_ACTIVE = "capture is not active, so nothing is indexed: run media-usage activate"
+
 
 @click.command("status")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
@@ -29,17 +33,19 @@ from media_usage_worker.domain.vocabulary import ErrorCode
 @click.option(
     "--max-age",
     type=click.IntRange(0, 31_536_000),
-    default=300,
-    show_default=True,
-    help="With --check: the oldest due item may be this many seconds old.",
+    default=None,
+    help=f"With --check: the oldest due item may be this many seconds old (default {MAX_AGE}).",
 )
 @database_url_option
 @handle_errors
-def status_command(as_json: bool, check: bool, max_age: int, database_url: str) -> None:
+def status_command(as_json: bool, check: bool, max_age: int | None, database_url: str) -> None:
     """Coverage, epoch, work counts, oldest due item and latest failures per collection."""
     from dataclasses import asdict
 
     from media_usage_worker.api import MediaUsage
+
+    if max_age is not None and not check:
+        raise click.UsageError("--max-age only applies with --check.")
 
     with open_engine(database_url) as engine:
         overview = MediaUsage(engine).status()
@@ -60,7 +66,10 @@ def status_command(as_json: bool, check: bool, max_age: int, database_url: str) 
     else:
         _print_status(capture, aggregate, details)
         _print_deletions(deletions)
-    problems = [problem for d in details for problem in _status_problems(d, max_age)]
+    problems = [] if capture == "active" else [CAPTURE_NOT_ACTIVE]
+    problems += [
+        p for d in details for p in _status_problems(d, MAX_AGE if max_age is None else max_age)
+    ]
     problems += [f"deletion of {d['collection_slug']} failed" for d in deletions
                  if d["state"] == "failed"]  # fmt: skip
     if check and problems:
@@ -183,11 +192,12 @@ def usage_command(
             )
         )
         return
-    known = "unknown (coverage not complete)" if count is None else str(count)
     library = "" if page.in_library else " (no media library item has this id)"
-    click.echo(
-        f"media {media_id}{library}: used by {known} live entries; coverage {coverage.status}"
-    )
+    if count is None:
+        used = "live uses unknown until coverage is complete"
+    else:
+        used = f"used by {count} live {'entry' if count == 1 else 'entries'}"
+    click.echo(f"media {media_id}{library}: {used}; coverage {coverage.status}")
     table(
         ["COLLECTION", "CONTENT", "TITLE", "STATUS", "TRASHED", "VARIANTS", "FIELDS"],
         [

@@ -31,17 +31,22 @@ def repair_command(slug: str, as_json: bool, database_url: str) -> None:
     """
     from media_usage_worker.domain.content_model import validate_collection_slug
     from media_usage_worker.pipeline.repair import repair_collection
+    from media_usage_worker.repository.collections import CollectionRegistry
 
     validate_collection_slug(slug)
-    bar = click.progressbar(length=1, label=f"repairing {slug}", file=sys.stderr)
-    with open_engine(database_url) as engine, bar:
+    with open_engine(database_url) as engine:
+        # Refused before the progress bar says it is repairing anything.
+        if CollectionRegistry(engine).get(slug) is None:
+            raise Outcome(f"collection {slug!r} not found")
+        bar = click.progressbar(length=1, label=f"repairing {slug}", file=sys.stderr)
+        with bar:
 
-        def progress(done: int, total: int) -> None:
-            bar.length = max(total, 1)
-            bar.update(done - bar.pos)
+            def progress(done: int, total: int) -> None:
+                bar.length = max(total, 1)
+                bar.update(done - bar.pos)
 
-        # The worker's per-item limits: an entry it would fail for its size fails here too.
-        result = repair_collection(engine, slug, limits=Limits.from_env(), progress=progress)
+            # The worker's per-item limits: an entry it would fail for its size fails here too.
+            result = repair_collection(engine, slug, limits=Limits.from_env(), progress=progress)
     payload = {
         "collection": result.collection_slug,
         "status": result.status,

@@ -60,6 +60,8 @@ class DeletionOutcome(StrEnum):
     DELETED = "deleted"  # the front phases are done; the rest follows as work
     IN_PROGRESS = "in_progress"  # another caller holds the deletion now
     HAS_CONTENT = "has_content"  # entries remain and the deletion was not forced: nothing changed
+    # an earlier call deleted it; its clean-up goes on as work (or has finished: not found)
+    ALREADY_DELETED = "already_deleted"
 
 
 class CaptureState(StrEnum):

@@ -230,11 +230,14 @@ def create_app(engine: sa.Engine, settings: ApiSettings) -> FastAPI:
                 "state": result.state, "follow": "/v1/status"}  # fmt: skip
         if result.outcome == DeletionOutcome.DELETED:
             return JSONResponse(body, status_code=202)
-        message = (
-            f"Collection {checked!r} still has entries; nothing was changed (force=true "
-            "deletes them)."
-            if result.outcome == DeletionOutcome.HAS_CONTENT
-            else f"Another caller holds the deletion of {checked!r} (phase {result.phase})."
+        message = {
+            DeletionOutcome.HAS_CONTENT: f"Collection {checked!r} still has entries; nothing "
+            "was changed (force=true deletes them).",
+            DeletionOutcome.ALREADY_DELETED: f"Collection {checked!r} was already deleted; "
+            f"its clean-up goes on by itself (phase {result.phase}).",
+        }.get(
+            result.outcome,
+            f"Another caller holds the deletion of {checked!r} (phase {result.phase}).",
         )
         raise ApiError(409, str(result.outcome), message)
 

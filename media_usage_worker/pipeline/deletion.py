@@ -44,11 +44,16 @@ def delete_collection(
 ) -> DeletionResult:
     """Delete the collection ``slug``: ``deleted`` once its content is gone (the rest follows
     as work), ``has_content`` when live entries remain and ``force`` is not set (nothing
-    changed), ``in_progress`` when another caller holds the deletion now. Calling it again
-    for a deletion under way continues it. Raises ``CollectionNotFound``, or
-    ``DeletionConflict`` for a deletion already under way with the other ``force``."""
+    changed), ``in_progress`` when another caller holds the deletion now, ``already_deleted``
+    when an earlier call already deleted it (its clean-up goes on as work). A deletion
+    interrupted before the collection was gone is continued. Raises ``CollectionNotFound``,
+    or ``DeletionConflict`` for a deletion already under way with the other ``force``."""
     validate_collection_slug(slug)
     tombstone = deletions.find(engine, slug=slug)
+    if tombstone is not None and not rules.is_front(tombstone.phase):
+        return DeletionResult(
+            slug, DeletionOutcome.ALREADY_DELETED, tombstone.phase, tombstone.state
+        )
     if tombstone is None:
         collection = CollectionRegistry(engine).get(slug)
         if collection is None:
