@@ -146,6 +146,7 @@ def work_retry(
     from dataclasses import asdict
 
     from media_usage_worker.domain.content_model import validate_collection_slug
+    from media_usage_worker.domain.validation import collection_ulid
     from media_usage_worker.repository.collections import CollectionRegistry
     from media_usage_worker.repository.work import MediaUsageWorkRepository
 
@@ -154,7 +155,7 @@ def work_retry(
     if slug is not None:
         validate_collection_slug(slug)
     else:
-        checked_id(collection_id, "--collection-id")
+        collection_ulid(collection_id, "--collection-id")
     checked_id(content_id, "--content-id")
     with open_engine(database_url) as engine:
         if slug is not None:

@@ -94,6 +94,21 @@ def named_identifier(name: str, value: object) -> str:
     )
 
 
+# emdash's ids (collections, fields, media) are ULIDs: 26 characters of Crockford base32.
+ULID = re.compile(r"[0-7][0-9A-HJKMNP-TV-Z]{25}")
+
+
+def collection_ulid(value: object, name: str) -> str:
+    """A collection id as an operator types it: a ULID, as ``work list --json`` shows it."""
+    if isinstance(value, str) and ULID.fullmatch(value):
+        return value
+    shown = f", not {value[:40]!r}" if isinstance(value, str) else ""
+    raise InvalidArgument(
+        f"{name} must be a collection id: 26 characters of Crockford base32 such as "
+        f"01J9Z6Q8V2M3N4P5R6S7T8V9W0, as work list --json shows it{shown}."
+    )
+
+
 def identity(collection_id: object, content_id: object) -> tuple[str, str]:
     message = "Media usage work identity must include collection and content IDs."
     return identifier(collection_id, message), identifier(content_id, message)

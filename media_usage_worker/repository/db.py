@@ -48,6 +48,12 @@ def parse_database_url(url: str | URL) -> URL:
         raise InvalidDatabaseURL(
             f"Database URL {str(url)[:200]!r} is malformed: use {ACCEPTED_URLS}."
         ) from exc
+    try:
+        port = parsed.port
+    except ValueError:
+        port = -1
+    if port is not None and not 1 <= port <= 65535:
+        raise InvalidDatabaseURL(f"Database URL port must be from 1 to 65535: use {ACCEPTED_URLS}.")
     backend, _, driver = parsed.drivername.partition("+")
     if backend == "sqlite" and driver in SQLITE_DRIVERS:
         if not parsed.database or parsed.database == ":memory:":

@@ -110,8 +110,11 @@ def test_work_retry_takes_a_slug_and_says_what_went_wrong(site) -> None:
     assert ran.code == 0 and ran.out.startswith("pending"), ran
     unknown = cli("work", "retry", "--collection", "nope", "--content-id", "e1", url=url)
     assert unknown.code == 1 and unknown.errors == ["Error: collection 'nope' not found"]
-    by_id = cli("work", "retry", "--collection-id", "nope", "--content-id", "e1", url=url)
-    assert by_id.code == 1 and "collection 'nope' not found" in by_id.errors[0]
+    malformed = cli("work", "retry", "--collection-id", "notanid", "--content-id", "e1", url=url)
+    assert malformed.code == 2 and "--collection-id must be a collection id" in malformed.err
+    nobody = "01J9Z6Q8V2M3N4P5R6S7T8V9W0"
+    by_id = cli("work", "retry", "--collection-id", nobody, "--content-id", "e1", url=url)
+    assert by_id.code == 1 and f"collection '{nobody}' not found" in by_id.errors[0]
     long_id = cli("work", "retry", "--collection", "posts", "--content-id", "x" * 2000, url=url)
     assert (
         long_id.code == 2

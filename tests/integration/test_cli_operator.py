@@ -114,8 +114,9 @@ def test_work_retry_outcomes(seeded) -> None:
         )
     busy = run(url, "work", "retry", "--collection-id", collection_id, "--content-id", "e1")
     assert busy.exit_code == 1 and "a worker holds this item until 2999" in busy.output
-    unknown = run(url, "work", "retry", "--collection-id", "nope", "--content-id", "e1")
-    assert unknown.exit_code == 1 and "collection 'nope' not found" in unknown.output
+    nobody = "01J9Z6Q8V2M3N4P5R6S7T8V9W0"
+    unknown = run(url, "work", "retry", "--collection-id", nobody, "--content-id", "e1")
+    assert unknown.exit_code == 1 and f"collection '{nobody}' not found" in unknown.output
 
 
 def test_repair_then_usage(seeded) -> None:

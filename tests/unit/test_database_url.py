@@ -35,6 +35,8 @@ def test_supported_urls_get_the_project_driver(url: str, drivername: str) -> Non
         "http://x",
         "postgres+asyncpg://u@localhost/db",
         "://nothing",
+        "postgresql://u@localhost:99999/db",
+        "postgresql://u@localhost:0/db",
     ],
 )
 def test_malformed_or_unsupported_urls_raise_value_error(url: str) -> None:
