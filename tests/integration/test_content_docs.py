@@ -3,6 +3,7 @@ and the table of what the index finds."""
 
 from __future__ import annotations
 
+import itertools
 import re
 import shlex
 from pathlib import Path
@@ -32,7 +33,7 @@ def test_the_worked_example_finds_what_the_page_says(db: sa.Engine, migrated_url
     words = shlex.split(commands.replace("\\\n", " "))
     starts = [i for i, word in enumerate(words) if word == "media-usage"] + [len(words)]
     assert starts[0] == 0 and len(starts) == 3
-    for start, end in zip(starts, starts[1:], strict=False):
+    for start, end in itertools.pairwise(starts):
         ran = cli(*words[start + 1 : end], url=migrated_url)
         assert ran.code == 0, (words[start:end], ran.err)
     activate(db)
