@@ -1,5 +1,5 @@
 # One image for every service of docker-compose.yml: migrate, worker, beat, flower and api.
-FROM python:3.11-slim
+FROM python:3.11.11-slim-bookworm
 
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1
 WORKDIR /app

@@ -37,7 +37,11 @@ SERVICES = COMPOSE["services"]
 APP_SERVICES = ("migrate", "worker", "beat", "flower", "api")
 _VARIABLE = re.compile(r"(?<!\$)\$\{(\w+)(?:(:-|:\?)([^}]*))?\}")
 # What an operator would put in .env for a quick local run.
-DOTENV = {"MEDIA_USAGE_TICK_SECONDS": "1", "FLOWER_BASIC_AUTH": "ops:s3cret"}
+DOTENV = {
+    "MEDIA_USAGE_TICK_SECONDS": "1",
+    "FLOWER_BASIC_AUTH": "ops:s3cret",
+    "POSTGRES_PASSWORD": "pg-s3cret",
+}
 
 
 def interpolate(value: str, env: dict[str, str]) -> str:
