@@ -197,6 +197,23 @@ def media_kind(mime: str | None, fallback: str | None) -> str | None:
     return "other"
 
 
+# Bytes (UTF-8) an indexed value may take. PostgreSQL refuses a B-tree entry over about 2.7 KB
+# (``index row size exceeds btree maximum``), and these values share index entries with the
+# source key; past these lengths a value is no media reference but a host's bug, and is not
+# an occurrence, so no write can hit that limit. A library id is a 26-character ULID.
+MAX_ID_BYTES = 512
+MAX_PROVIDER_BYTES = 64
+MAX_FIELD_PATH_BYTES = 1024
+
+
+def _indexable(asset_id: str, provider: str, field_path: str) -> bool:
+    return (
+        len(asset_id.encode("utf-8", "surrogatepass")) <= MAX_ID_BYTES
+        and len(provider.encode("utf-8", "surrogatepass")) <= MAX_PROVIDER_BYTES
+        and len(field_path.encode("utf-8", "surrogatepass")) <= MAX_FIELD_PATH_BYTES
+    )
+
+
 def _is_plain_object(value: object) -> TypeGuard[Mapping[str, Any]]:
     return isinstance(value, Mapping)
 
@@ -218,7 +235,7 @@ def _reference(
     if asset_id is None and provider == "local" and urls is not None and isinstance(id_value, str):
         # The URL of a file in the media library names that media item; any other URL, none.
         asset_id = urls.media_id(id_value)
-    if asset_id is None:
+    if asset_id is None or not _indexable(asset_id, provider, field_path):
         return None
     mime = normalize_mime(mime_value)
     return Occurrence(

@@ -162,7 +162,19 @@ class BatchRun:
             self.before_write()
         token = first.lease_token
         assert token is not None  # a claimed record holds its lease
-        written, completed = write_and_complete(conn, first.collection_id, token, writes)
+        try:
+            written, completed = write_and_complete(conn, first.collection_id, token, writes)
+        except Exception as exc:
+            if isinstance(exc, self.interrupts):
+                raise
+            # One entry the database refuses (a value past an index's limit, a statement
+            # timeout, a full disk) must not hold its batch-mates: the shared write rolled back
+            # whole, so each entry is written on its own, and only the culprit fails.
+            log.warning(
+                "a batch's shared write failed (%s); its %d entries are written one by one",
+                describe(exc), len(writes),
+            )  # fmt: skip
+            written, completed = set(), set()
         results = []
         for record in records:
             if record.content_id in failed:

@@ -85,13 +85,22 @@ def overview(engine: sa.Engine) -> tuple[str, str, list[CollectionStatus]]:
             sa.select(w.collection_id, w.state, sa.func.count()).group_by(w.collection_id, w.state)
         ):
             counts.setdefault(collection_id, {})[state] = count
-        oldest = dict(
-            conn.execute(
-                sa.select(w.collection_id, sa.func.min(w.next_attempt_at))
-                .where(w.state.in_((WorkState.PENDING, WorkState.RETRY)), is_due(w.next_attempt_at))
+        # Due since: a waiting row's next attempt, or a leased row's expired lease (its worker
+        # died or is stuck, and the tick sends it again): both are work nobody is doing.
+        oldest: dict[str, str] = {}
+        for due_column, states in (
+            (w.next_attempt_at, (WorkState.PENDING, WorkState.RETRY)),
+            (w.lease_expires_at, (WorkState.LEASED,)),
+        ):
+            for collection_id, since in conn.execute(
+                sa.select(w.collection_id, sa.func.min(due_column))
+                .where(w.state.in_(states), is_due(due_column))
                 .group_by(w.collection_id)
-            ).all()
-        )
+            ):
+                if since is not None and (
+                    collection_id not in oldest or since < oldest[collection_id]
+                ):
+                    oldest[collection_id] = since
         runs = {
             row.collection_id: {
                 "state": row.state,
