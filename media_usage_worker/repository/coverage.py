@@ -52,6 +52,10 @@ _READ_STATUS = sa.select(
     _restorable.label("restorable"),
     _success_note_due.label("note_due"),
 ).where(*_active_status(_collection, _slug))
+# SKIP LOCKED: a row locked by a writer's open transaction is left for a later tick, so neither
+# a worker nor the tick waits on a host transaction (SQLite ignores it; BEGIN IMMEDIATE
+# serialises there).
+_READ_SETTLED = _READ_STATUS.with_for_update(skip_locked=True)
 _NOTE_SUCCESS = (
     index_status.update()
     .where(*_active_status(_collection, _slug), _success_note_due)
@@ -85,7 +89,11 @@ def record_incremental_success(bind: Bind, collection_id: str, slug: str) -> Non
     """
     params = {"p_collection_id": collection_id, "p_slug": slug}
     with transaction(bind) as conn:
-        current = conn.execute(_READ_STATUS, params).first()
+        # A host's open transaction on the collection holds its status row (the capture
+        # trigger bumps the epoch there). Waiting for it would stall this worker, and with it
+        # every other collection's work; the note is skipped instead, and the tick's
+        # restore_settled_coverage restores ``complete`` once the row is free.
+        current = conn.execute(_READ_SETTLED, params).first()
         if current is None:
             return
         epoch, restorable, note_due = current
@@ -102,9 +110,6 @@ _SETTLED_CANDIDATES = sa.select(st.collection_id, st.scope_key).where(
     st.capture_state == CaptureState.ACTIVE,
     _restorable_for(st.collection_id),
 )
-# SKIP LOCKED: a row locked by a writer's open transaction is left for a later tick, so the
-# tick never waits on a host transaction (SQLite ignores it; BEGIN IMMEDIATE serialises there).
-_READ_SETTLED = _READ_STATUS.with_for_update(skip_locked=True)
 # The completion note's CAS on the epoch read before, without the note's success timestamp.
 _RESTORE_SETTLED = (
     index_status.update()
@@ -176,6 +181,15 @@ def record_incremental_failure(
         ~run_owns_status, st.reconciliation_required != 0, st.status == CoverageStatus.RUNNING
     )
     with transaction(bind) as conn:
+        # As for a success note: never wait on a host's transaction. A skipped failure note
+        # cannot let ``complete`` back: the failed work row stays until an operator acts.
+        free = conn.execute(
+            sa.select(st.scope_key)
+            .where(*status_row(collection_id, slug))
+            .with_for_update(skip_locked=True)
+        ).first()
+        if free is None:
+            return
         conn.execute(
             index_status.update()
             .where(

@@ -82,6 +82,11 @@ def read_entries(
     """
     ids = list(dict.fromkeys(content_ids))
     with read_transaction(bind) as conn:
+        if conn.dialect.name == "postgresql":
+            # A host's migration holds ec_<slug> exclusively for as long as it runs; a worker
+            # waiting for it is a worker every other collection's work waits for. The read
+            # gives up instead, and its items retry with backoff.
+            conn.execute(_CONTENT_LOCK_TIMEOUT)
         fields = load_fields(conn, collection_id)
         prefixes = tuple(read_media_url_prefixes(conn))
         present = bool(conn.execute(sa.select(registered(collection_id, slug))).scalar_one())
@@ -102,6 +107,8 @@ def read_entries(
     return CollectionState(fields, present, entries, prefixes)
 
 
+CONTENT_LOCK_TIMEOUT_MS = 5000
+_CONTENT_LOCK_TIMEOUT = sa.text(f"SET LOCAL lock_timeout = {CONTENT_LOCK_TIMEOUT_MS}")
 # The lowest id of a media item stored under the key (keys are unique in practice; the choice
 # is stable when they are not).
 _MEDIA_BY_STORAGE_KEY = sa.select(sa.func.min(media.c.id)).where(
