@@ -92,7 +92,11 @@ class GuardedConsumer(Consumer):
                     headers=message.headers,
                     body=message.body,
                     checks=ARGUMENT_CHECKS,
-                    known_tasks=self.strategies,
+                    # This consumer is this project's app's, so everything it reads comes from
+                    # this project's queue: only this project's tasks run. Celery's built-ins
+                    # (celery.chord_unlock re-queues itself, celery.starmap runs any task
+                    # many times) would let one forged message multiply.
+                    known_tasks=(),
                     limits=limits,
                 )
             except InvalidMessage as exc:

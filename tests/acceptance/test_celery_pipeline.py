@@ -372,3 +372,40 @@ def test_an_item_past_the_soft_limit_retries_then_fails_and_no_child_is_killed(
     assert "exited with" not in logs and "Hard time limit" not in logs
     status = status_row(db, sample_posts.id)
     assert (status["status"], status["last_error_code"]) == ("partial", "MEDIA_USAGE_TIME_LIMIT")
+
+
+def test_celery_built_in_tasks_are_dropped_on_this_queue(
+    db, sample_posts, celery_worker, celery_app
+) -> None:
+    from celery.signals import task_prerun
+
+    from media_usage_worker.tasks.consumer import dropped
+
+    ran: list[str] = []
+
+    def seen(sender=None, **_) -> None:
+        ran.append(getattr(sender, "name", "?"))
+
+    task_prerun.connect(seen, weak=False)
+    before = dropped.snapshot()["total"]
+    try:
+        celery_app.send_task(
+            "celery.starmap", args=["media_usage.tick", [[] for _ in range(50)]],
+            queue="media_usage",
+        )  # fmt: skip
+        celery_app.send_task(
+            "celery.chord_unlock", args=["group-id", {"task": "media_usage.tick"}],
+            queue="media_usage",
+        )  # fmt: skip
+        wait_for(lambda: dropped.snapshot()["total"] - before == 2, timeout=60)
+        # The worker still runs this project's tasks, and ran none of the forged ones.
+        write_entries(db, 1)
+        (item,) = MediaUsageWorkRepository(db).find_due_work(10)
+        from media_usage_worker.tasks.work import process_work
+
+        process_work.apply_async(args=(item.collection_id, item.content_id, item.work_version))
+        wait_for(lambda: work_rows(db) == 0, timeout=60)
+    finally:
+        task_prerun.disconnect(seen)
+    assert not any(name.startswith("celery.") for name in ran), ran
+    assert "media_usage.tick" not in ran
