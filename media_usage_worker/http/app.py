@@ -26,6 +26,7 @@ from media_usage_worker.http import errors, security
 from media_usage_worker.http.errors import ApiError
 from media_usage_worker.http.head import HeadAsGet
 from media_usage_worker.http.metrics import IndexCollector
+from media_usage_worker.http.probe import READY_TIMEOUT_SECONDS, SharedProbe
 from media_usage_worker.http.settings import MAX_BODY_BYTES, ApiSettings
 from media_usage_worker.pipeline.deletion import delete_collection
 from media_usage_worker.repository.activation import is_activation_active
@@ -79,14 +80,14 @@ def create_app(engine: sa.Engine, settings: ApiSettings) -> FastAPI:
     read = [Depends(access(operator=False))]
     operate = [Depends(access(operator=True))]
 
+    # ``async``: answered on the event loop, never behind requests waiting for a thread or the
+    # database, so a slow database cannot make a liveness probe restart the API.
     @app.get("/healthz")
-    def healthz() -> dict[str, str]:
+    async def healthz() -> dict[str, str]:
         """The process is up (no database access)."""
         return {"status": "ok"}
 
-    @app.get("/readyz")
-    def readyz() -> JSONResponse:
-        """The database is reachable and migrated; the capture state is reported."""
+    def readiness() -> dict[str, Any]:
         problem = schema_problem(engine)
         if problem is not None and problem.startswith(UNREADABLE):
             # The driver's text names the database's host and port: the log gets it, an
@@ -97,8 +98,16 @@ def create_app(engine: sa.Engine, settings: ApiSettings) -> FastAPI:
         if problem is None:
             with read_transaction(engine) as conn:
                 capture = "active" if is_activation_active(conn) else "inactive"
-        body = {"ready": problem is None, "problem": problem, "capture": capture}
-        return JSONResponse(body, status_code=200 if problem is None else 503)
+        return {"ready": problem is None, "problem": problem, "capture": capture}
+
+    probe = SharedProbe(readiness, READY_TIMEOUT_SECONDS)
+
+    @app.get("/readyz")
+    async def readyz() -> JSONResponse:
+        """The database is reachable and migrated; the capture state is reported. Answers 503
+        within ``READY_TIMEOUT_SECONDS`` however slow the database is."""
+        body = await probe.answer()
+        return JSONResponse(body, status_code=200 if body["ready"] else 503)
 
     # ``:path``: a media id may hold "/" (a folder-like storage id), raw or as %2F.
     @app.get("/v1/media/{media_id:path}/usage", dependencies=read)

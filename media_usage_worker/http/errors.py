@@ -13,6 +13,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException
 
 from media_usage_worker.domain.errors import (
@@ -86,6 +87,12 @@ def install(app: FastAPI) -> None:
     async def unavailable(_: Request, exc: OperationalError) -> JSONResponse:
         log.warning("database unavailable: %s", str(exc.orig or exc).splitlines()[0])
         return error_response(503, "unavailable", "The database cannot be reached; try again.")
+
+    @app.exception_handler(PoolTimeout)
+    async def busy(_: Request, exc: PoolTimeout) -> JSONResponse:
+        # Every pooled connection is busy (a slow database): try again, not a server bug.
+        log.warning("no database connection free: %s", str(exc).splitlines()[0])
+        return error_response(503, "unavailable", "The database is busy; try again.")
 
     @app.exception_handler(Exception)
     async def internal(_: Request, exc: Exception) -> JSONResponse:

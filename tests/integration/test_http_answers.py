@@ -178,3 +178,30 @@ def test_json_of_the_answers_is_unchanged_for_good_requests(api: Api) -> None:
     body = api.get("/v1/media/m-a/usage").json
     assert (body["count"], body["unused"]) == (3, False)
     assert json.loads(api.get("/v1/usage?ids=m-a,m-b").text)["counts"] == {"m-a": 3, "m-b": 1}
+
+
+def test_probes_answer_in_bounded_time_behind_a_locked_database(
+    api: Api, db: sa.Engine, migrated_url: str, dialect: str
+) -> None:
+    if dialect == "sqlite":
+        pytest.skip("SQLite readers never wait for a writer (WAL)")
+    from concurrent.futures import ThreadPoolExecutor
+
+    from media_usage_worker.http.probe import READY_TIMEOUT_SECONDS
+    from media_usage_worker.repository.db import create_engine
+
+    host = create_engine(migrated_url).connect()
+    held = host.begin()
+    host.execute(sa.text("LOCK TABLE _emdash_media_usage_activation IN ACCESS EXCLUSIVE MODE"))
+    try:
+        with ThreadPoolExecutor(max_workers=41) as pool:
+            probes = [pool.submit(api.get, "/readyz", token=None) for _ in range(40)]
+            # Liveness never waits for the database, or for threads that do.
+            assert api.get("/healthz", token=None).json == {"status": "ok"}
+            replies = [probe.result(timeout=READY_TIMEOUT_SECONDS + 30) for probe in probes]
+        assert {r.status for r in replies} == {503}
+        assert all("did not answer within" in r.json["problem"] for r in replies)
+    finally:
+        held.rollback()
+        host.close()
+    assert api.get("/readyz", token=None).status == 200
