@@ -228,7 +228,10 @@ def _clean_headers(
     if eta is not None and own_task:
         raise InvalidMessage("an eta is not accepted: items are due when the database says so")
     cleaned["eta"] = _timestamp(eta, "eta")
-    cleaned["expires"] = _timestamp(headers.get("expires"), "expires")
+    expires = _timestamp(headers.get("expires"), "expires")
+    # This project's messages never expire by a clock: the sender's and the worker's need not
+    # agree, and a late message only loses its claim. An expiry a sender set is ignored.
+    cleaned["expires"] = None if own_task else expires
     return cleaned
 
 

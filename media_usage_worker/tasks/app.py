@@ -183,3 +183,14 @@ def _fresh_engines_after_fork(**_: object) -> None:
     from media_usage_worker.tasks.engines import dispose_all
 
     dispose_all()
+
+
+def late_duplicate_tick(task: Any, interval_seconds: float) -> dict[str, Any] | None:
+    """``{"skipped": ...}`` when a tick of ``task``'s name already ran in the last half interval
+    (ticks queued while the workers were down); ``None`` to go on. A direct call
+    (``.apply()``) always goes on."""
+    from media_usage_worker.tasks import dispatch
+
+    if task.request.is_eager or dispatch.first_tick_in(task.name, interval_seconds):
+        return None
+    return {"skipped": "another tick of this name ran within half its interval"}

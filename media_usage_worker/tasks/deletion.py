@@ -8,7 +8,7 @@ from celery import Task
 
 from media_usage_worker.pipeline.deletion import DeletionProcessor
 from media_usage_worker.tasks import settings
-from media_usage_worker.tasks.app import media_usage_task
+from media_usage_worker.tasks.app import late_duplicate_tick, media_usage_task
 from media_usage_worker.tasks.engines import migrated_engine
 from media_usage_worker.tasks.events import emit
 
@@ -16,6 +16,9 @@ from media_usage_worker.tasks.events import emit
 @media_usage_task("media_usage.deletion_tick", bind=True)
 def deletion_tick(self: Task) -> dict[str, Any]:
     """Advance due collection deletions for a few seconds (each batch one transaction)."""
+    skipped = late_duplicate_tick(self, settings.reconcile_seconds())
+    if skipped is not None:
+        return skipped
     engine = migrated_engine()
     if engine is None:
         return {"deletions": 0, "schema": "not migrated"}

@@ -57,6 +57,19 @@ def queued_messages() -> int | None:
         return None
 
 
+TICK_KEY_PREFIX = "media_usage:tick"
+
+
+def first_tick_in(task_name: str, interval_seconds: float) -> bool:
+    """Whether this tick is the first of ``task_name`` in the last half interval.
+
+    Ticks carry no expiry (a beat host's clock need not agree with the workers'), so ticks
+    queued while the workers were down all arrive together when they come back: the first
+    runs, the rest find its key and return at once. The key is timed by the broker.
+    """
+    return _ledger().reserve([f"{TICK_KEY_PREFIX}:{task_name}"], interval_seconds / 2)[0]
+
+
 def release(items: Sequence[tuple[str, str, int]]) -> None:
     """Forget the items' dispatch keys so their next due time is honoured at once."""
     _ledger().release([ledger.dispatch_key(*item) for item in items])
@@ -73,7 +86,10 @@ def send(items: Sequence[WorkRecord], ttl: int | None = None) -> list[str]:
         [ledger.dispatch_key(i.collection_id, i.content_id, i.work_version) for i in items], ttl
     )
     todo = [item for item, go in zip(items, reserved, strict=True) if go]
-    options = {"expires": ttl, "queue": queue_name(), "ignore_result": True}
+    # No ``expires``: it would be judged by the worker's clock against the sender's. A message
+    # that waits too long only finds its claim taken (claim_lost); the ledger's keys, timed by
+    # the broker, decide when an item may be sent again.
+    options = {"queue": queue_name(), "ignore_result": True}
     sent: list[str] = []
     sender = sending_app()
     # By name: the same messages whether the tasks run on this project's app or a host's.

@@ -4,7 +4,8 @@ Advisory only: losing the ledger (FLUSHALL, a restart, a wiped folder) means an 
 sent twice, and a duplicate is harmless because its claim fails. Each key lives at most the
 dispatch TTL and is dropped when the item's task finishes.
 
-- Redis broker: one ``SET NX EX`` key per (item, version), a page of keys in one script call.
+- Redis broker: one ``SET NX PX`` key per (item, version), a page of keys in one script call.
+  Redis's own clock times the keys out, so hosts whose clocks disagree agree on them.
 - Filesystem broker (the embedded demo): one marker file per key, created with ``O_EXCL``; a
   marker older than the TTL counts as gone.
 - Anything else: no ledger; every due item is sent.
@@ -38,7 +39,7 @@ def dispatch_key(collection_id: str, content_id: str, work_version: int | str) -
 
 
 class Ledger(Protocol):
-    def reserve(self, keys: Sequence[str], ttl: int) -> list[bool]:
+    def reserve(self, keys: Sequence[str], ttl: float) -> list[bool]:
         """For each key, ``True`` if it was free and is now taken for ``ttl`` seconds."""
 
     def release(self, keys: Sequence[str]) -> None:
@@ -46,7 +47,7 @@ class Ledger(Protocol):
 
 
 class NoLedger:
-    def reserve(self, keys: Sequence[str], ttl: int) -> list[bool]:
+    def reserve(self, keys: Sequence[str], ttl: float) -> list[bool]:
         return [True] * len(keys)
 
     def release(self, keys: Sequence[str]) -> None:
@@ -58,7 +59,7 @@ class NoLedger:
 _RESERVE = """
 local taken = {}
 for i, key in ipairs(KEYS) do
-  taken[i] = redis.call('SET', key, '1', 'NX', 'EX', ARGV[1]) and 1 or 0
+  taken[i] = redis.call('SET', key, '1', 'NX', 'PX', ARGV[1]) and 1 or 0
 end
 return taken
 """
@@ -69,11 +70,12 @@ class RedisLedger:
         self.client = redis.Redis.from_url(url, socket_timeout=5)
         self._reserve = self.client.register_script(_RESERVE)
 
-    def reserve(self, keys: Sequence[str], ttl: int) -> list[bool]:
+    def reserve(self, keys: Sequence[str], ttl: float) -> list[bool]:
         if not keys:
             return []
         try:
-            return [bool(ok) for ok in self._reserve(keys=list(keys), args=[ttl])]
+            milliseconds = max(1, round(ttl * 1000))
+            return [bool(ok) for ok in self._reserve(keys=list(keys), args=[milliseconds])]
         except redis.RedisError as exc:
             _unavailable(exc)
             return [True] * len(keys)
@@ -95,7 +97,7 @@ class FileLedger:
         # Hashed: keys hold ids from messages, which must never become path segments.
         return self.folder / hashlib.sha256(key.encode()).hexdigest()
 
-    def _take(self, path: Path, ttl: int) -> bool:
+    def _take(self, path: Path, ttl: float) -> bool:
         for _ in range(2):
             try:
                 os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
@@ -111,7 +113,7 @@ class FileLedger:
                     path.unlink()
         return False
 
-    def reserve(self, keys: Sequence[str], ttl: int) -> list[bool]:
+    def reserve(self, keys: Sequence[str], ttl: float) -> list[bool]:
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
             return [self._take(self._path(key), ttl) for key in keys]

@@ -9,7 +9,7 @@ from celery import Task
 
 from media_usage_worker.pipeline.reconciliation import Reconciler
 from media_usage_worker.tasks import settings
-from media_usage_worker.tasks.app import media_usage_task
+from media_usage_worker.tasks.app import late_duplicate_tick, media_usage_task
 from media_usage_worker.tasks.engines import migrated_engine
 from media_usage_worker.tasks.events import emit
 
@@ -17,6 +17,9 @@ from media_usage_worker.tasks.events import emit
 @media_usage_task("media_usage.reconcile_tick", bind=True)
 def reconcile_tick(self: Task) -> dict[str, Any]:
     """Advance every collection that needs reconciling by a bounded number of pages."""
+    skipped = late_duplicate_tick(self, settings.reconcile_seconds())
+    if skipped is not None:
+        return skipped
     engine = migrated_engine()
     if engine is None:
         return {"steps": 0, "schema": "not migrated"}

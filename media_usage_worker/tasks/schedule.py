@@ -3,9 +3,12 @@
 It lives in the package, not in the top-level ``beat_schedule`` module, so a host directory
 holding a ``beat_schedule.py`` of its own cannot take its place when beat starts there.
 
-Every entry expires after its own interval: a tick that could not run in time is dropped rather
-than queued behind others, and the next one does the same work from the database's state. Any
-number of beat replicas is harmless for the same reason, so no leader election is needed.
+No entry carries an expiry: Celery would judge it by the worker's clock against beat's, and a
+beat host a few seconds behind would have every tick discarded. Ticks queued while the workers
+were down arrive together; the first of each name runs and the rest return at once
+(``dispatch.first_tick_in``, timed by the broker). Any number of beat replicas is harmless for
+the same reason, and each tick works from the database's state, so no leader election is
+needed.
 """
 
 from __future__ import annotations
@@ -21,17 +24,17 @@ beat_schedule: dict[str, dict] = {
     "media-usage-tick": {
         "task": "media_usage.tick",
         "schedule": float(_tick),
-        "options": {"expires": float(_tick), "queue": _queue},
+        "options": {"queue": _queue},
     },
     "media-usage-reconcile": {
         "task": "media_usage.reconcile_tick",
         "schedule": float(_reconcile),
-        "options": {"expires": float(_reconcile), "queue": _queue},
+        "options": {"queue": _queue},
     },
     # Collection deletions' back phases, on the reconciliation's interval.
     "media-usage-deletion": {
         "task": "media_usage.deletion_tick",
         "schedule": float(_reconcile),
-        "options": {"expires": float(_reconcile), "queue": _queue},
+        "options": {"queue": _queue},
     },
 }

@@ -24,7 +24,7 @@ from media_usage_worker.repository.activation import is_activation_active
 from media_usage_worker.repository.db import read_transaction
 from media_usage_worker.repository.work import MediaUsageWorkRepository
 from media_usage_worker.tasks import dispatch, settings
-from media_usage_worker.tasks.app import media_usage_task
+from media_usage_worker.tasks.app import late_duplicate_tick, media_usage_task
 from media_usage_worker.tasks.engines import migrated_engine, report_waiting
 from media_usage_worker.tasks.events import emit
 
@@ -40,6 +40,9 @@ OUT_OF_TIME = (SoftTimeLimitExceeded,)
 @media_usage_task("media_usage.tick", bind=True)
 def tick(self: Task) -> dict[str, Any]:
     """Select due work page by page (up to the tick budget) and send one message per item."""
+    skipped = late_duplicate_tick(self, settings.tick_seconds())
+    if skipped is not None:
+        return skipped
     started = time.monotonic()
     engine = migrated_engine()
     if engine is None:

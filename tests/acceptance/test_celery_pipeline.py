@@ -409,3 +409,45 @@ def test_celery_built_in_tasks_are_dropped_on_this_queue(
         task_prerun.disconnect(seen)
     assert not any(name.startswith("celery.") for name in ran), ran
     assert "media_usage.tick" not in ran
+
+
+def test_messages_from_a_sender_whose_clock_is_behind_still_run(
+    db, sample_posts, celery_worker, celery_app, outcomes
+) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    behind = (datetime.now(UTC) - timedelta(seconds=61)).isoformat()
+    write_entries(db, 1)
+    (item,) = MediaUsageWorkRepository(db).find_due_work(10)
+    celery_app.send_task(
+        "media_usage.process_work",
+        args=(item.collection_id, item.content_id, item.work_version),
+        queue="media_usage", expires=behind,
+    )  # fmt: skip
+    wait_for(lambda: len(outcomes.items) == 1, timeout=60)
+    assert outcomes.items[0]["outcome"] == "completed"
+    assert work_rows(db) == 0
+
+
+def test_ticks_queued_while_workers_were_away_run_once(
+    db, sample_posts, celery_worker, celery_app, monkeypatch
+) -> None:
+    from celery.signals import task_success
+
+    # Half of a 60 s interval covers the whole burst, however slow the machine.
+    monkeypatch.setenv("MEDIA_USAGE_TICK_SECONDS", "60")
+    results: list[dict] = []
+
+    def collect(sender=None, result=None, **_) -> None:
+        if getattr(sender, "name", None) == "media_usage.tick":
+            results.append(result)
+
+    task_success.connect(collect, weak=False)
+    try:
+        for _ in range(20):
+            celery_app.send_task("media_usage.tick", queue="media_usage")
+        wait_for(lambda: len(results) == 20, timeout=60)
+    finally:
+        task_success.disconnect(collect)
+    ran = [r for r in results if "skipped" not in r]
+    assert len(ran) == 1 and ran[0]["active"] is True

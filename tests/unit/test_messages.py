@@ -53,6 +53,12 @@ def test_a_well_formed_item_message_is_accepted_with_cleaned_headers() -> None:
     assert accepted.headers["timelimit"] == [None, None]
 
 
+def test_an_own_task_never_expires_by_the_senders_clock() -> None:
+    # A sender whose clock is behind stamps an expiry already past for the worker.
+    past = "2000-01-01T00:00:00+00:00"
+    assert _check(_headers(expires=past)).headers["expires"] is None
+
+
 def test_a_null_ignore_result_from_send_task_by_name_is_accepted() -> None:
     # Celery's send_task (a host app sending by name, with no task object) sends null.
     assert _check(_headers(ignore_result=None)).headers["ignore_result"] is False
