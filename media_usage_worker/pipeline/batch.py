@@ -89,6 +89,9 @@ class BatchRun:
     _interrupted: bool = field(default=False, init=False)
     # What each failed entry's refresh raised, by content id, for the retry or failure log line.
     _causes: dict[str, str] = field(default_factory=dict, init=False)
+    # The entry being read and extracted on its own, if any: when the soft time limit arrives
+    # then, it is the one that took the time, and only it is charged an attempt.
+    _working_on: str | None = field(default=None, init=False)
 
     def run(self, items: Sequence[Item]) -> list[ProcessResult]:
         results: list[ProcessResult] = []
@@ -133,7 +136,15 @@ class BatchRun:
             conn.invalidate()
             # The leases go back through the engine: this connection is gone.
             engine_repo = MediaUsageWorkRepository(self.engine)
-            return [self._settle(engine_repo, r, ErrorCode.TIME_LIMIT) for r in records]
+            culprit, self._working_on = self._working_on, None
+            if culprit is None:  # out of time in a shared read or write: nobody in particular
+                return [self._settle(engine_repo, r, ErrorCode.TIME_LIMIT) for r in records]
+            return [
+                self._settle(engine_repo, r, ErrorCode.TIME_LIMIT)
+                if r.content_id == culprit
+                else self._release(engine_repo, r)
+                for r in records
+            ]
         if any(r.outcome == Outcome.COMPLETED for r in results):
             # Noted once, after the completions committed: were both in one transaction, the
             # last two completions of a collection could each see the other's row and neither
@@ -196,6 +207,7 @@ class BatchRun:
         urls = media_urls(conn, state)
         for record in records:
             entry_state = state.entries[record.content_id]
+            self._working_on = record.content_id
             try:
                 lease = _lease(record)
                 plan = plan_refresh(entry_state, state.fields, self.limits, lease, urls=urls)
@@ -204,6 +216,7 @@ class BatchRun:
                     raise
                 self._causes[record.content_id] = describe(exc)
                 plan = refresh_error(entry_state.entry, exc)
+            self._working_on = None
             if isinstance(plan, EntryWrite):
                 writes.append((record.content_id, record.work_version, plan))
             else:
@@ -216,9 +229,11 @@ class BatchRun:
         """An entry whose compare-and-set lost in the batch: read and write it on its own."""
         lease = _lease(record)
         entry = ContentEntry(record.collection_id, record.collection_slug, record.content_id)
+        self._working_on = record.content_id
         code = refresh_entry(
             conn, entry, self.limits, lease, reraise=self.interrupts, causes=self._causes
         )
+        self._working_on = None
         if code is not None:
             return self._failed_refresh(repo, conn, record, code)
         if repo.complete_work(**asdict(lease)):
@@ -265,6 +280,13 @@ class BatchRun:
             self._report(logging.WARNING, record, code, attempt, delay)
             return _result(record, Outcome.RETRY, code)
         return _result(record, Outcome.SUPERSEDED, code)
+
+    @staticmethod
+    def _release(repo: MediaUsageWorkRepository, record: WorkRecord) -> ProcessResult:
+        """A batch-mate of the entry that ran out of time: its lease goes back uncharged."""
+        if repo.release_work(**asdict(_lease(record))):
+            return _result(record, Outcome.RETRY)
+        return _result(record, Outcome.SUPERSEDED)
 
     def _report(
         self, level: int, record: WorkRecord, code: ErrorCode, attempt: int, delay: int | None

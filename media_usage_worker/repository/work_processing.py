@@ -252,6 +252,29 @@ class ProcessingWork(WorkTable):
         params = _lease_params(collection_id, content_id, work_version, lease_token)
         return self._transition_failure(params, WorkState.FAILED, code)
 
+    def release_work(
+        self, *, collection_id: str, content_id: str, work_version: int | str, lease_token: str
+    ) -> bool:
+        """Give a live lease back without charging an attempt: due again at once, as it was
+        before the claim (``retry`` if it had failed before, else ``pending``). For an item
+        that was claimed but never started because a batch-mate ran out of time."""
+        params = _lease_params(collection_id, content_id, work_version, lease_token)
+        statement = (
+            work.update()
+            .where(*_LIVE_LEASE)
+            .values(
+                state=sa.case(
+                    (w.attempt_count > 0, WorkState.RETRY.value), else_=WorkState.PENDING.value
+                ),
+                lease_token=None,
+                lease_expires_at=None,
+                next_attempt_at=db_now(),
+                updated_at=db_now(),
+            )
+        )
+        with transaction(self.bind) as conn:
+            return conn.execute(statement, params).rowcount > 0
+
     def extend_lease(
         self,
         *,

@@ -204,6 +204,34 @@ def test_the_soft_limit_stops_the_batch_and_gives_every_claimed_item_back(db, me
     assert all(get_work(db, media_posts.id, i)["attempt_count"] == 1 for i in ids)
 
 
+def test_only_the_entry_that_ran_out_of_time_is_charged(db, media_posts, monkeypatch) -> None:
+    import media_usage_worker.pipeline.batch as batch
+
+    ids = write(db, 5)
+    real_plan = batch.plan_refresh
+
+    def slow_on_e002(state, *args, **kwargs):
+        if state.entry.content_id == "e002":
+            raise OutOfTime  # the soft limit, arriving while e002 is extracted
+        return real_plan(state, *args, **kwargs)
+
+    monkeypatch.setattr(batch, "plan_refresh", slow_on_e002)
+    results = BatchRun(db, Limits(), interrupts=(OutOfTime,)).run(items(media_posts.id, ids))
+    found = {r.content_id: (str(r.outcome), r.error_code) for r in results}
+    assert found == {
+        **{i: ("retry", None) for i in ids if i != "e002"},
+        "e002": ("retry", "MEDIA_USAGE_TIME_LIMIT"),
+    }
+    for content_id in ids:
+        row = get_work(db, media_posts.id, content_id)
+        charged = content_id == "e002"
+        assert (row["attempt_count"], row["lease_token"]) == (int(charged), None)
+        assert row["state"] == ("retry" if charged else "pending")
+    # The innocents are due again at once; the culprit after its backoff.
+    due = {r.content_id for r in MediaUsageWorkRepository(db).find_due_work(100)}
+    assert due == set(ids) - {"e002"}
+
+
 def test_a_repair_page_rereads_alone_only_the_entry_written_meanwhile(
     db, media_posts, monkeypatch
 ) -> None:
