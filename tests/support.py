@@ -241,3 +241,31 @@ def broken_repeater_entry(engine: sa.Engine) -> Collection:
         )
         conn.execute(sa.text("INSERT INTO ec_posts (id, hero) VALUES ('e1', 'm1')"))
     return posts
+
+
+def refuse_media_id(engine: sa.Engine, media_id: str) -> None:
+    """A trigger that makes the database refuse any occurrence of ``media_id``: a real error
+    from the index write, as an index limit, a constraint or a full disk gives."""
+    with engine.begin() as conn:
+        if engine.dialect.name == "postgresql":
+            conn.execute(
+                sa.text(
+                    "CREATE FUNCTION refuse_media() RETURNS trigger LANGUAGE plpgsql AS $$ "
+                    f"BEGIN IF NEW.media_id = '{media_id}' THEN "
+                    "RAISE EXCEPTION 'refused by the test'; END IF; RETURN NEW; END $$"
+                )
+            )
+            conn.execute(
+                sa.text(
+                    "CREATE TRIGGER refuse_media BEFORE INSERT ON _emdash_media_usage "
+                    "FOR EACH ROW EXECUTE FUNCTION refuse_media()"
+                )
+            )
+        else:
+            conn.execute(
+                sa.text(
+                    "CREATE TRIGGER refuse_media BEFORE INSERT ON _emdash_media_usage "
+                    f"WHEN NEW.media_id = '{media_id}' "
+                    "BEGIN SELECT RAISE(ABORT, 'refused by the test'); END"
+                )
+            )

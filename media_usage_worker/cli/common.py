@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -107,3 +108,28 @@ def checked_id(value: object, option: str) -> str:
         f"{option} must be a non-empty id of at most {validation.MAX_IDENTIFIER_LENGTH} "
         "characters, without NUL.",
     )
+
+
+class OneLineFormatter(logging.Formatter):
+    """A log record as one line: what went wrong and, for an exception, its type and text,
+    never a traceback. An operator reading a command's output wants the cause, once per entry
+    (a repair of a thousand broken entries prints a thousand lines, not fifty thousand)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        message = " ".join(record.getMessage().split())
+        if record.exc_info and record.exc_info[1] is not None:
+            exc = record.exc_info[1]
+            message += f" ({type(exc).__name__}: {' '.join(str(exc).split())[:200]})"
+        return f"{record.levelname.lower()}: {message}"
+
+
+def log_in_one_line() -> None:
+    """Route this project's log records to stderr, one line each (once per process)."""
+    package = logging.getLogger("media_usage_worker")
+    if any(isinstance(h.formatter, OneLineFormatter) for h in package.handlers):
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(OneLineFormatter())
+    package.addHandler(handler)
+    package.setLevel(logging.WARNING)
+    package.propagate = False

@@ -35,8 +35,8 @@ def _parse_field(spec: str) -> FieldDefinition:
 def _parse_fields_json(raw: str) -> list[FieldDefinition]:
     try:
         items = json.loads(raw)
-    except ValueError as exc:
-        raise InvalidArgument("--fields-json is not valid JSON.") from exc
+    except (ValueError, RecursionError):
+        raise InvalidArgument("--fields-json is not valid JSON (or is nested too deep).") from None
     if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
         raise InvalidArgument("--fields-json must be a JSON list of field objects.")
     allowed = {"slug", "label", "type", "required", "validation"}

@@ -12,6 +12,7 @@ from media_usage_worker.cli.common import (
     checked_id,
     database_url_option,
     handle_errors,
+    log_in_one_line,
     open_engine,
     table,
 )
@@ -34,6 +35,7 @@ def repair_command(slug: str, as_json: bool, database_url: str) -> None:
     from media_usage_worker.repository.collections import CollectionRegistry
 
     validate_collection_slug(slug)
+    log_in_one_line()
     with open_engine(database_url) as engine:
         # Refused before the progress bar says it is repairing anything.
         if CollectionRegistry(engine).get(slug) is None:

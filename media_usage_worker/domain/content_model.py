@@ -118,6 +118,11 @@ class FieldDefinition:
         if self.validation is not None:
             if not isinstance(self.validation, Mapping):
                 raise InvalidArgument(f"Field {self.slug!r}: validation must be a JSON object.")
+            if nested_deeper_than(self.validation, MAX_VALIDATION_DEPTH):
+                raise InvalidArgument(
+                    f"Field {self.slug!r}: validation is nested more than "
+                    f"{MAX_VALIDATION_DEPTH} levels deep."
+                )
             try:
                 json.dumps(self.validation)
             except (TypeError, ValueError) as exc:
@@ -145,6 +150,28 @@ def _validate_sub_fields(definition: FieldDefinition) -> None:
             raise InvalidArgument(
                 f"Repeater {definition.slug!r}: sub-field {sub['slug']!r} needs a type."
             )
+
+
+# A field's validation is a small settings object; deeper nesting is a host's bug, and past
+# Python's recursion limit no JSON encoder or decoder can handle it.
+MAX_VALIDATION_DEPTH = 32
+
+
+def nested_deeper_than(value: object, limit: int) -> bool:
+    """Whether ``value`` (parsed JSON) nests lists and objects more than ``limit`` deep; walked
+    without recursion, so any depth is answered."""
+    level: list[object] = [value]
+    for _ in range(limit + 1):
+        children: list[object] = []
+        for item in level:
+            if isinstance(item, Mapping):
+                children.extend(item.values())
+            elif isinstance(item, list | tuple):
+                children.extend(item)
+        if not children:
+            return False
+        level = children
+    return True
 
 
 def validate_fields(fields: object) -> tuple[FieldDefinition, ...]:

@@ -82,11 +82,13 @@ def _text(value: object) -> str | None:
 
 
 def parse_column(value: object) -> object:
-    """Object and array strings are JSON-parsed (kept as text when invalid)."""
+    """Object and array strings are JSON-parsed (kept as text when invalid, or nested deeper
+    than Python's recursion limit: such a field holds no reference, and the entry's other
+    fields are still indexed)."""
     if isinstance(value, str) and value[:1] in ("{", "["):
         try:
             return json.loads(value)
-        except ValueError:
+        except (ValueError, RecursionError):
             return value
     return value
 
@@ -197,7 +199,7 @@ def _draft_data(
     if isinstance(data, str):
         try:
             data = json.loads(data)
-        except ValueError:
+        except (ValueError, RecursionError):
             return RefreshCode.DRAFT_REVISION_INVALID, {}
     if not isinstance(data, dict):
         return RefreshCode.DRAFT_REVISION_INVALID, {}

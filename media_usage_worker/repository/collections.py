@@ -16,7 +16,9 @@ import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError, ProgrammingError
 
 from media_usage_worker.domain.content_model import (
+    MAX_VALIDATION_DEPTH,
     FieldDefinition,
+    nested_deeper_than,
     validate_collection_slug,
     validate_fields,
     validate_label,
@@ -218,9 +220,11 @@ def _parse_validation(raw: str | None) -> dict[str, Any] | None:
         return None
     try:
         value = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # nested past the recursion limit is no validation
         return None
-    return value if isinstance(value, dict) else None
+    if not isinstance(value, dict) or nested_deeper_than(value, MAX_VALIDATION_DEPTH):
+        return None
+    return value
 
 
 def _field_row(collection_id: str, definition: FieldDefinition, position: int) -> sa.Insert:

@@ -14,37 +14,17 @@ from media_usage_worker.domain.policy import Limits
 from media_usage_worker.domain.work import Item
 from media_usage_worker.pipeline.batch import BatchRun
 from media_usage_worker.repository.work import MediaUsageWorkRepository
-from tests.support import PAST, SAMPLE_FIELDS, active_collection, drain, get_work, set_work
+from tests.support import (
+    PAST,
+    SAMPLE_FIELDS,
+    active_collection,
+    drain,
+    get_work,
+    refuse_media_id,
+    set_work,
+)
 
 POISON = "m-poison"
-
-
-def _refuse_one_media_id(engine: sa.Engine) -> None:
-    """A trigger that makes the database refuse the occurrence of ``POISON``: a real error from
-    the write, as an index limit, a constraint or a full disk gives."""
-    with engine.begin() as conn:
-        if engine.dialect.name == "postgresql":
-            conn.execute(
-                sa.text(
-                    "CREATE FUNCTION refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$ "
-                    "BEGIN IF NEW.media_id = 'm-poison' THEN "
-                    "RAISE EXCEPTION 'refused by the test'; END IF; RETURN NEW; END $$"
-                )
-            )
-            conn.execute(
-                sa.text(
-                    "CREATE TRIGGER refuse_poison BEFORE INSERT ON _emdash_media_usage "
-                    "FOR EACH ROW EXECUTE FUNCTION refuse_poison()"
-                )
-            )
-        else:
-            conn.execute(
-                sa.text(
-                    "CREATE TRIGGER refuse_poison BEFORE INSERT ON _emdash_media_usage "
-                    "WHEN NEW.media_id = 'm-poison' "
-                    "BEGIN SELECT RAISE(ABORT, 'refused by the test'); END"
-                )
-            )
 
 
 def _write(engine: sa.Engine, heroes: dict[str, str]) -> None:
@@ -60,7 +40,7 @@ def test_the_culprit_retries_and_its_batch_mates_complete(
     db: sa.Engine, caplog: pytest.LogCaptureFixture
 ) -> None:
     posts = active_collection(db, "posts", SAMPLE_FIELDS)
-    _refuse_one_media_id(db)
+    refuse_media_id(db, POISON)
     heroes = {f"e{i:02d}": f"m-{i}" for i in range(20)} | {"bad": POISON}
     _write(db, heroes)
     due = MediaUsageWorkRepository(db).find_due_work(100)
