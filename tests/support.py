@@ -16,6 +16,7 @@ from media_usage_worker.repository.rules import record_indexed_rules
 from media_usage_worker.repository.schema import (
     collection_deletions,
     index_status,
+    metadata,
     occurrences,
     reconciliations,
     sources,
@@ -218,6 +219,12 @@ def left_of(engine: sa.Engine, collection_id: str, slug: str) -> dict[str, int]:
             collection_deletions.c.collection_id == collection_id
         ),
     }
+    # Every other project table that names collections: none may keep a row of this one.
+    for table in metadata.sorted_tables:
+        if "collection_id" in table.c and table.name not in _COUNTED_ABOVE:
+            counts[table.name] = sa.select(sa.func.count()).where(
+                table.c.collection_id == collection_id
+            )
     with engine.connect() as conn:
         left = {name: int(conn.execute(query).scalar_one()) for name, query in counts.items()}
         left["table"] = int(sa.inspect(conn).has_table(f"ec_{slug}"))
@@ -225,9 +232,15 @@ def left_of(engine: sa.Engine, collection_id: str, slug: str) -> dict[str, int]:
     return left
 
 
+_COUNTED_ABOVE = {
+    work.name, sources.name, index_status.name, reconciliations.name, collection_deletions.name
+}  # fmt: skip
 NOTHING_LEFT = dict.fromkeys(
     ["work", "sources", "occurrences", "orphan occurrences", "status", "reconciliations",
-     "tombstone", "table", "registry"], 0,
+     "tombstone", "table", "registry"]
+    + [t.name for t in metadata.sorted_tables
+       if "collection_id" in t.c and t.name not in _COUNTED_ABOVE],
+    0,
 )  # fmt: skip
 
 

@@ -259,6 +259,13 @@ def drop_registry(bind: Bind, t: Tombstone) -> Tombstone | None:
         moved = _checkpoint(conn, t, DeletionPhase.TABLE)
         if moved is None:
             return None
+        # The registry row first: a rules change holding it (FOR SHARE, repository.rules)
+        # commits its rules rows before this step removes them, instead of deadlocking on them.
+        conn.execute(
+            sa.select(collections.c.id)
+            .where(collections.c.id == t.collection_id)
+            .with_for_update()
+        )
         for table, column in ((field_rows, field_rows.c.collection_id),
                               (reference_paths, reference_paths.c.collection_id),
                               (rules_state, rules_state.c.collection_id)):  # fmt: skip
@@ -390,6 +397,18 @@ def _delete_sources(conn: sa.Connection, keys: list[str]) -> None:
     conn.execute(sources.delete().where(_s.source_key.in_(keys)))
 
 
+def _status_leftovers(conn: sa.Connection, t: Tombstone) -> bool:
+    """Rows of the collection in the project's own tables after its status phase: a rules
+    change or a reconciliation that raced the deletion may have written one."""
+    left = [
+        sa.exists(sa.select(1).where(reconciliations.c.collection_id == t.collection_id)),
+        sa.exists(sa.select(1).where(*status_row(t.collection_id, t.collection_slug))),
+        sa.exists(sa.select(1).where(rules_state.c.collection_id == t.collection_id)),
+        sa.exists(sa.select(1).where(reference_paths.c.collection_id == t.collection_id)),
+    ]
+    return bool(conn.execute(sa.select(sa.or_(*left))).scalar_one())
+
+
 def _leftovers(conn: sa.Connection, t: Tombstone) -> bool:
     work_left = sa.exists(sa.select(1).where(_w.collection_id == t.collection_id))
     sources_left = sa.exists(sa.select(1).where(*_collection_sources(t)))
@@ -410,6 +429,8 @@ def clear_status(bind: Bind, t: Tombstone) -> Tombstone | None:
             conn.execute(
                 index_status.delete().where(*status_row(t.collection_id, t.collection_slug))
             )
+            for table in (rules_state, reference_paths):
+                conn.execute(table.delete().where(table.c.collection_id == t.collection_id))
         return moved
 
 
@@ -423,6 +444,7 @@ def finalize(bind: Bind, t: Tombstone) -> bool | None:
             DeletionPhase.REGISTRY if registered
             else DeletionPhase.TABLE if table_left
             else DeletionPhase.WORK if _leftovers(conn, t)
+            else DeletionPhase.STATUS if _status_leftovers(conn, t)
             else None
         )  # fmt: skip
         if back is not None:

@@ -18,7 +18,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from media_usage_worker.domain.errors import InvalidRule, RuleNotFound
+from media_usage_worker.domain.errors import CollectionNotFound, InvalidRule, RuleNotFound
 from media_usage_worker.domain.reference_paths import ReferencePath
 from media_usage_worker.domain.rules import EXTRACTION_VERSION, RulesState
 from media_usage_worker.domain.vocabulary import CaptureState, CoverageStatus, ErrorCode
@@ -134,7 +134,7 @@ class DeclaredRules:
 def declare_reference_path(bind: Bind, collection_slug: str, path: ReferencePath) -> bool:
     """Store the path; ``False`` when it was already declared (nothing changes then)."""
     with transaction(bind) as conn:
-        collection = collection_by_slug(conn, collection_slug)
+        collection = _locked_collection(conn, collection_slug)
         known = conn.execute(
             sa.select(1).where(
                 fields.c.collection_id == collection.id, fields.c.slug == path.field_slug
@@ -158,7 +158,7 @@ def declare_reference_path(bind: Bind, collection_slug: str, path: ReferencePath
 
 def remove_reference_path(bind: Bind, collection_slug: str, path_text: str) -> None:
     with transaction(bind) as conn:
-        collection = collection_by_slug(conn, collection_slug)
+        collection = _locked_collection(conn, collection_slug)
         removed = conn.execute(
             reference_paths.delete()
             .where(rp.collection_id == collection.id, rp.path == path_text)
@@ -212,9 +212,27 @@ def read_media_url_prefixes(conn: sa.Connection) -> list[str]:
     return list(conn.execute(statement).scalars())
 
 
+# FOR SHARE (PostgreSQL; SQLite's writers are serialised anyway): a collection deletion that
+# has not yet dropped the registry row waits for this change to commit, then removes the rules
+# rows it wrote; one that already dropped it is not seen. Either way no rules row outlives its
+# collection.
 def _all_collections(conn: sa.Connection) -> list[Collection]:
-    rows = conn.execute(sa.select(collections.c.id, collections.c.slug, collections.c.label))
+    statement = sa.select(collections.c.id, collections.c.slug, collections.c.label)
+    rows = conn.execute(statement.with_for_update(read=True))
     return [Collection(*row) for row in rows]
+
+
+def _locked_collection(conn: sa.Connection, slug: str) -> Collection:
+    """``collection_by_slug``, with the registry row held as ``_all_collections`` holds it."""
+    collection = collection_by_slug(conn, slug)
+    held = conn.execute(
+        sa.select(collections.c.id)
+        .where(collections.c.id == collection.id)
+        .with_for_update(read=True)
+    ).first()
+    if held is None:
+        raise CollectionNotFound(f"No collection has slug {slug!r}.")
+    return collection
 
 
 def _rules_changed(conn: sa.Connection, changed: list[Collection]) -> None:

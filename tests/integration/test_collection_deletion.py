@@ -371,3 +371,90 @@ def snapshot(engine: sa.Engine) -> dict[str, list]:
             table: sorted(map(repr, conn.execute(sa.text(f'SELECT * FROM "{table}"')).all()))
             for table in sa.inspect(conn).get_table_names()
         }
+
+
+def test_rules_rows_written_while_the_deletion_ran_are_removed_too(db: sa.Engine) -> None:
+    """A rules change that read the collection before its registry row went may still write
+    its rules rows; the deletion's last check finds them and removes them."""
+    from media_usage_worker.repository.schema import reference_paths, rules_state
+
+    posts = site(db)
+    assert delete_collection(db, "posts", force=True).outcome == "deleted"
+    with db.begin() as conn:  # what the racing change wrote after drop_registry
+        conn.execute(rules_state.insert().values(collection_id=posts.id, rules_revision=3))
+        conn.execute(
+            reference_paths.insert().values(
+                collection_id=posts.id, path="hero.x", field_slug="hero"
+            )
+        )
+    finish(db)
+    assert left_of(db, posts.id, "posts") == NOTHING
+
+
+def test_a_rules_change_holding_the_collection_makes_the_registry_step_wait(
+    db: sa.Engine, dialect: str
+) -> None:
+    """The race: a rules change reads the collection list, the deletion drops the registry
+    row, the change writes its rules rows and commits. The change's share lock on the rows it
+    read makes the registry step wait for it, so the step removes what it wrote."""
+    if dialect == "sqlite":
+        pytest.skip("SQLite serialises writers: the two cannot overlap")
+    import unittest.mock
+
+    from media_usage_worker.repository import rules
+
+    posts = site(db)
+    deletions.create(db, posts.id, "posts", True)
+    fenced = run_step(db, deletions.claim(db, posts.id, 300))
+    assert isinstance(fenced, deletions.Tombstone) and fenced.phase == "registry"
+    deletions.release(db, fenced)
+
+    read, proceed = threading.Event(), threading.Event()
+    real = rules._rules_changed
+
+    def after_reading(conn, changed):
+        read.set()  # the collection list is read (and held); the rows are not written yet
+        assert proceed.wait(30)
+        real(conn, changed)
+
+    steps: list[object] = []
+    with unittest.mock.patch.object(rules, "_rules_changed", after_reading):
+        change = threading.Thread(
+            target=lambda: rules.add_media_url_prefix(db, "https://cdn.example.com/m/")
+        )
+        change.start()
+        assert read.wait(30)
+        registry = threading.Thread(
+            target=lambda: steps.append(run_step(db, deletions.claim(db, posts.id, 300)))
+        )
+        registry.start()
+
+        def a_backend_waits_on_a_lock() -> bool:
+            with db.connect() as conn:
+                return bool(
+                    conn.execute(
+                        sa.text(
+                            "SELECT count(*) FROM pg_stat_activity "
+                            "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+                        )
+                    ).scalar_one()
+                )
+
+        wait_for(a_backend_waits_on_a_lock, timeout=30, interval=0.05)
+        assert not steps  # the registry step waits for the change
+        proceed.set()
+        change.join(30)
+        registry.join(30)
+    (step,) = steps
+    assert isinstance(step, deletions.Tombstone) and step.phase == "table"
+    with db.connect() as conn:
+        stray = conn.execute(
+            sa.text(
+                "SELECT count(*) FROM _media_usage_worker_rules_state WHERE collection_id = :c"
+            ),
+            {"c": posts.id},
+        ).scalar_one()
+    assert stray == 0  # the registry step removed what the change wrote
+    deletions.release(db, step)
+    finish(db)
+    assert left_of(db, posts.id, "posts") == NOTHING
