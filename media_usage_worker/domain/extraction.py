@@ -128,7 +128,9 @@ def extraction_fields(fields: Iterable[FieldDefinition]) -> list[ExtractionField
 
 
 # Every refresh lists its fields' declared paths; each distinct path is parsed once.
-_declared_path = functools.lru_cache(maxsize=1024)(parse_reference_path)
+# Sized for many collections at their limit of declared paths: a cache smaller than the paths
+# in use would parse every path again on every refresh.
+_declared_path = functools.lru_cache(maxsize=16_384)(parse_reference_path)
 
 
 def _image_sub_fields(definition: FieldDefinition) -> tuple[str, ...]:

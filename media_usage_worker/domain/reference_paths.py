@@ -26,6 +26,9 @@ from media_usage_worker.domain.validation import storable
 
 MAX_PATH_CHARS = 300
 MAX_STEPS = 16
+# Paths one collection may declare. Each is walked for every entry of the collection, so the
+# cost per entry grows with their number; a site needs a handful per block type.
+MAX_PATHS_PER_COLLECTION = 128
 MAX_PREFIX_CHARS = 500
 # emdash serves every media file here (relative to the site), whatever the storage.
 EMDASH_MEDIA_FILE_PATH = "/_emdash/api/media/file/"

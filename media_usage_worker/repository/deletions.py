@@ -262,9 +262,7 @@ def drop_registry(bind: Bind, t: Tombstone) -> Tombstone | None:
         # The registry row first: a rules change holding it (FOR SHARE, repository.rules)
         # commits its rules rows before this step removes them, instead of deadlocking on them.
         conn.execute(
-            sa.select(collections.c.id)
-            .where(collections.c.id == t.collection_id)
-            .with_for_update()
+            sa.select(collections.c.id).where(collections.c.id == t.collection_id).with_for_update()
         )
         for table, column in ((field_rows, field_rows.c.collection_id),
                               (reference_paths, reference_paths.c.collection_id),

@@ -19,7 +19,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from media_usage_worker.domain.errors import CollectionNotFound, InvalidRule, RuleNotFound
-from media_usage_worker.domain.reference_paths import ReferencePath
+from media_usage_worker.domain.reference_paths import MAX_PATHS_PER_COLLECTION, ReferencePath
 from media_usage_worker.domain.rules import EXTRACTION_VERSION, RulesState
 from media_usage_worker.domain.vocabulary import CaptureState, CoverageStatus, ErrorCode
 from media_usage_worker.repository.clock import db_now
@@ -144,6 +144,17 @@ def declare_reference_path(bind: Bind, collection_slug: str, path: ReferencePath
             raise InvalidRule(
                 f"Reference path {path.text!r}: collection {collection_slug!r} has no field "
                 f"{path.field_slug!r}."
+            )
+        declared = conn.execute(
+            sa.select(sa.func.count()).where(
+                rp.collection_id == collection.id, rp.path != path.text
+            )
+        ).scalar_one()
+        if declared >= MAX_PATHS_PER_COLLECTION:
+            raise InvalidRule(
+                f"Collection {collection_slug!r} already declares {declared} reference paths, "
+                f"the most one collection may have ({MAX_PATHS_PER_COLLECTION}); remove one "
+                "first, or declare a shorter path that reaches several places ([] steps)."
             )
         inserted = conn.execute(
             insert_factory_for(conn.dialect.name)(reference_paths)

@@ -194,3 +194,19 @@ def test_an_invalid_rule_through_the_cli_changes_nothing(db, migrated_url) -> No
     assert json.loads(listed.output)["reference_paths"] == [
         {"collection": "pages", "path": MARKETING}
     ]
+
+
+def test_a_collection_declares_at_most_the_cap_of_paths(db, migrated_url) -> None:
+    from media_usage_worker.domain.reference_paths import MAX_PATHS_PER_COLLECTION
+    from tests.processes import cli
+
+    active_collection(db, "posts", FIELDS)
+    for i in range(MAX_PATHS_PER_COLLECTION):
+        assert declare_reference_path(db, "posts", parse_reference_path(f"body.k{i}"))
+    # Declaring one already there still answers "already declared", not the cap.
+    assert not declare_reference_path(db, "posts", parse_reference_path("body.k0"))
+    ran = cli("rules", "add", "posts", "body.one_too_many", url=migrated_url)
+    assert ran.code == 2 and len(ran.errors) == 1
+    assert f"the most one collection may have ({MAX_PATHS_PER_COLLECTION})" in ran.errors[0]
+    listed = json.loads(cli("rules", "list", "--json", url=migrated_url).out)
+    assert len(listed["reference_paths"]) == MAX_PATHS_PER_COLLECTION
