@@ -24,7 +24,11 @@ def check(request: Request, settings: ApiSettings, *, operator: bool) -> None:
         raise ApiError(
             403, "forbidden", f"MEDIA_USAGE_API_TOKEN is not set: this endpoint is disabled{how}."
         )
-    scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    sent = request.headers.getlist("authorization")
+    if len(sent) > 1:
+        # Which one would count is a guess a proxy and this server may make differently.
+        raise ApiError(400, "invalid_argument", "Send one Authorization header, not several.")
+    scheme, _, given = (sent[0] if sent else "").partition(" ")
     # Digests of both, compared in constant time: neither the token nor its length leaks.
     expected = hashlib.sha256(settings.token.encode()).digest()
     offered = hashlib.sha256(given.strip().encode("utf-8", "surrogateescape")).digest()

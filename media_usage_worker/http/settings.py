@@ -16,6 +16,28 @@ MAX_BODY_BYTES = 8192
 _TRUE, _FALSE = {"1", "true", "yes"}, {"", "0", "false", "no"}
 
 
+# A token must have at least this many different characters: "aaaaaaaaaaaaaaaa" is 16
+# characters and guessable at the first try.
+MIN_DISTINCT_CHARACTERS = 8
+
+
+def check_token(token: str) -> None:
+    """``InvalidSetting`` for a token that cannot work or is trivially weak. HTTP headers carry
+    ASCII (a non-ASCII token could never match what a client sends), and whitespace is cut
+    from what a client sends."""
+    rule = (
+        f"MEDIA_USAGE_API_TOKEN must be at least {MIN_TOKEN_LENGTH} printable ASCII characters "
+        f"without spaces, at least {MIN_DISTINCT_CHARACTERS} of them different (for example "
+        "the output of `openssl rand -hex 32`); unset, operator endpoints are disabled"
+    )
+    if len(token) < MIN_TOKEN_LENGTH or not token.isascii() or not token.isprintable():
+        raise InvalidSetting(f"{rule}.")
+    if any(c.isspace() for c in token):
+        raise InvalidSetting(f"{rule}: this one has spaces.")
+    if len(set(token)) < MIN_DISTINCT_CHARACTERS:
+        raise InvalidSetting(f"{rule}: this one repeats a few characters.")
+
+
 @dataclass(frozen=True)
 class ApiSettings:
     token: str | None
@@ -26,11 +48,8 @@ class ApiSettings:
     def from_env(cls, env: Mapping[str, str] | None = None) -> ApiSettings:
         env = os.environ if env is None else env
         token = env.get("MEDIA_USAGE_API_TOKEN") or None
-        if token is not None and (len(token) < MIN_TOKEN_LENGTH or not token.isprintable()):
-            raise InvalidSetting(
-                f"MEDIA_USAGE_API_TOKEN must be at least {MIN_TOKEN_LENGTH} printable "
-                "characters (unset, operator endpoints are disabled)."
-            )
+        if token is not None:
+            check_token(token)
         reads = (env.get("MEDIA_USAGE_API_PUBLIC_READS") or "").strip().lower()
         if reads not in _TRUE | _FALSE:
             raise InvalidSetting(

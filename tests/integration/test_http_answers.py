@@ -17,7 +17,7 @@ import pytest
 import sqlalchemy as sa
 
 from media_usage_worker.domain.content_model import FieldDefinition
-from tests.http_server import Api, serving
+from tests.http_server import TOKEN, Api, serving
 from tests.processes import ROOT
 from tests.support import active_collection, drain, mark_coverage_complete
 
@@ -151,7 +151,7 @@ def _serve(url: str, port: int, env: dict[str, str]) -> subprocess.Popen[str]:
 
 
 def test_a_port_in_use_is_one_line_and_exit_1(migrated_url: str) -> None:
-    env = {**os.environ, "MEDIA_USAGE_API_TOKEN": "x" * 20}
+    env = {**os.environ, "MEDIA_USAGE_API_TOKEN": TOKEN}
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -205,3 +205,22 @@ def test_probes_answer_in_bounded_time_behind_a_locked_database(
         held.rollback()
         host.close()
     assert api.get("/readyz", token=None).status == 200
+
+
+def test_two_authorization_headers_are_refused(api: Api) -> None:
+    import http.client
+    from urllib.parse import urlsplit
+
+    where = urlsplit(api.base)
+    connection = http.client.HTTPConnection(where.hostname, where.port, timeout=30)
+    try:
+        connection.putrequest("GET", "/v1/status")
+        connection.putheader("Authorization", f"Bearer {TOKEN}")
+        connection.putheader("Authorization", "Bearer something-else-entirely")
+        connection.endheaders()
+        reply = connection.getresponse()
+        body = json.loads(reply.read())
+    finally:
+        connection.close()
+    assert reply.status == 400
+    assert body["error"]["message"] == "Send one Authorization header, not several."

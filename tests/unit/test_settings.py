@@ -1,4 +1,4 @@
-"""Every setting is checked when a worker or beat starts (issue 22): a bad value is named, with
+"""Every setting is checked when a worker or beat starts: a bad value is named, with
 what is allowed, on one line; nothing falls back to a default in silence."""
 
 from __future__ import annotations
@@ -66,3 +66,29 @@ def test_import_time_reads_fall_back_only_for_the_import(monkeypatch: pytest.Mon
     assert settings.or_default(settings.tick_seconds, 5) == 5
     with pytest.raises(InvalidSetting):
         settings.tick_seconds()
+
+
+@pytest.mark.parametrize(
+    ("token", "says"),
+    [
+        (" " * 16, "without spaces"),
+        ("a" * 40, "repeats a few characters"),
+        ("abcdabcdabcdabcd", "repeats a few characters"),
+        ("tökén-0123456789abcdef", "printable ASCII"),
+        ("good token 0123456789", "spaces"),
+        ("short", "at least 16"),
+    ],
+)
+def test_a_token_that_cannot_work_or_is_trivially_weak_is_refused(token: str, says: str) -> None:
+    from media_usage_worker.domain.errors import InvalidSetting
+    from media_usage_worker.http.settings import ApiSettings
+
+    with pytest.raises(InvalidSetting, match=says):
+        ApiSettings.from_env({"MEDIA_USAGE_API_TOKEN": token})
+
+
+def test_a_random_token_is_accepted() -> None:
+    from media_usage_worker.http.settings import ApiSettings
+
+    token = "3f9a1c0e5b7d2a8c4e6f1b3d5a7c9e0f"
+    assert ApiSettings.from_env({"MEDIA_USAGE_API_TOKEN": token}).token == token
