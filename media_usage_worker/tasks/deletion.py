@@ -9,7 +9,7 @@ from celery import Task
 from media_usage_worker.pipeline.deletion import DeletionProcessor
 from media_usage_worker.tasks import settings
 from media_usage_worker.tasks.app import late_duplicate_tick, media_usage_task
-from media_usage_worker.tasks.engines import migrated_engine
+from media_usage_worker.tasks.engines import migrated_engine, waiting_for
 from media_usage_worker.tasks.events import emit
 
 
@@ -21,7 +21,7 @@ def deletion_tick(self: Task) -> dict[str, Any]:
         return skipped
     engine = migrated_engine()
     if engine is None:
-        return {"deletions": 0, "schema": "not migrated"}
+        return {"deletions": 0, "schema": waiting_for()}
     reports = DeletionProcessor(engine, lease_seconds=settings.deletion_lease_seconds()).tick()
     summary = {
         "deletions": len(reports),

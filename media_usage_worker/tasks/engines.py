@@ -49,6 +49,13 @@ def migrated_engine() -> sa.Engine | None:
     return None
 
 
+def waiting_for() -> str:
+    """Why ``migrated_engine`` returned ``None``, in words: the schema to migrate, or the
+    database that cannot be read (a full disk, a refused connection), as reported."""
+    problem = _reported.get(get_engine(), "not migrated")
+    return "not migrated" if "db upgrade" in problem else problem
+
+
 def report_waiting(engine: sa.Engine, problem: str | None) -> None:
     """Log why media usage is waiting on ``engine``'s database, once per process and problem
     (``None``: it is not waiting, so the next problem is reported again)."""

@@ -10,7 +10,7 @@ from celery import Task
 from media_usage_worker.pipeline.reconciliation import Reconciler
 from media_usage_worker.tasks import settings
 from media_usage_worker.tasks.app import late_duplicate_tick, media_usage_task
-from media_usage_worker.tasks.engines import migrated_engine
+from media_usage_worker.tasks.engines import migrated_engine, waiting_for
 from media_usage_worker.tasks.events import emit
 
 
@@ -22,7 +22,7 @@ def reconcile_tick(self: Task) -> dict[str, Any]:
         return skipped
     engine = migrated_engine()
     if engine is None:
-        return {"steps": 0, "schema": "not migrated"}
+        return {"steps": 0, "schema": waiting_for()}
     reports = Reconciler(engine, defer_seconds=settings.reconcile_defer_seconds()).tick()
     summary = {
         "steps": len(reports),

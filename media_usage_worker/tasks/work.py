@@ -25,7 +25,7 @@ from media_usage_worker.repository.db import read_transaction
 from media_usage_worker.repository.work import MediaUsageWorkRepository
 from media_usage_worker.tasks import dispatch, settings
 from media_usage_worker.tasks.app import late_duplicate_tick, media_usage_task
-from media_usage_worker.tasks.engines import migrated_engine, report_waiting
+from media_usage_worker.tasks.engines import migrated_engine, report_waiting, waiting_for
 from media_usage_worker.tasks.events import emit
 
 log = logging.getLogger(__name__)
@@ -46,7 +46,7 @@ def tick(self: Task) -> dict[str, Any]:
     started = time.monotonic()
     engine = migrated_engine()
     if engine is None:
-        return {"active": False, "dispatched": 0, "schema": "not migrated"}
+        return {"active": False, "dispatched": 0, "schema": waiting_for()}
     with read_transaction(engine) as conn:
         active = is_activation_active(conn)
     report_waiting(engine, None if active else CAPTURE_INACTIVE)
@@ -86,7 +86,7 @@ def process_work(collection_id: Any, content_id: Any, work_version: Any) -> dict
     """Claim, refresh and complete (or retry/fail) one item; the outcome is the result."""
     engine = migrated_engine()
     if engine is None:
-        return {"outcome": "claim_lost", "reason": "not migrated"}
+        return {"outcome": "claim_lost", "reason": waiting_for()}
     lease = settings.lease_seconds()
     try:
         result = process_work_item(
@@ -120,7 +120,7 @@ def process_batch(items: Any) -> dict[str, Any]:
     same path as one; the result counts the outcomes and names the items that failed."""
     engine = migrated_engine()
     if engine is None:
-        return {"outcomes": {}, "reason": "not migrated"}
+        return {"outcomes": {}, "reason": waiting_for()}
     try:
         checked = checked_items(items if isinstance(items, list) else [])
     except InvalidArgument as exc:

@@ -451,3 +451,16 @@ def test_ticks_queued_while_workers_were_away_run_once(
         task_success.disconnect(collect)
     ran = [r for r in results if "skipped" not in r]
     assert len(ran) == 1 and ran[0]["active"] is True
+
+
+def test_a_tick_says_why_the_database_cannot_be_read(celery_app, monkeypatch, tmp_path) -> None:
+    """Not "not migrated" when the truth is a database that cannot be opened or read (a full
+    disk, a path that is a directory): the tick's result names what the database said."""
+    from media_usage_worker.tasks.work import tick
+
+    unreadable = tmp_path / "is-a-directory.db"
+    unreadable.mkdir()
+    monkeypatch.setenv("MEDIA_USAGE_DATABASE_URL", f"sqlite:///{unreadable}")
+    summary = tick.apply().get()
+    assert summary["active"] is False
+    assert summary["schema"].startswith("the database cannot be read: "), summary
