@@ -24,6 +24,7 @@ def serve_command(host: str, port: int, database_url: str) -> None:
         import uvicorn
 
         from media_usage_worker.http.app import create_app
+        from media_usage_worker.http.slow_clients import protocol_with
     except ImportError as exc:  # the [api] extra is not installed
         raise BadInput(
             f"serve needs the api extra: pip install 'media-usage-worker[api]' ({exc.name})"
@@ -45,6 +46,7 @@ def serve_command(host: str, port: int, database_url: str) -> None:
         )
     config = uvicorn.Config(
         create_app(engine, settings),
+        http=protocol_with(settings.header_timeout_seconds),
         log_level="info",
         server_header=False,
         proxy_headers=False,

@@ -43,6 +43,8 @@ class ApiSettings:
     token: str | None
     public_reads: bool
     metrics_cache_seconds: int
+    # A client has this long to send a request's headers; then its connection is closed.
+    header_timeout_seconds: int = 10
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ApiSettings:
@@ -59,4 +61,7 @@ class ApiSettings:
             token=token,
             public_reads=reads in _TRUE,
             metrics_cache_seconds=positive_setting(env, "MEDIA_USAGE_METRICS_CACHE_SECONDS", 5),
+            header_timeout_seconds=positive_setting(
+                env, "MEDIA_USAGE_API_HEADER_TIMEOUT_SECONDS", 10
+            ),
         )

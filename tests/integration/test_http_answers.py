@@ -224,3 +224,22 @@ def test_two_authorization_headers_are_refused(api: Api) -> None:
         connection.close()
     assert reply.status == 400
     assert body["error"]["message"] == "Send one Authorization header, not several."
+
+
+def test_a_client_that_never_finishes_its_headers_is_cut_off(
+    migrated_url: str, tmp_path: Path
+) -> None:
+    from urllib.parse import urlsplit
+
+    with serving(migrated_url, tmp_path, MEDIA_USAGE_API_HEADER_TIMEOUT_SECONDS="1") as api:
+        where = urlsplit(api.base)
+        slow = []
+        for _ in range(50):
+            client = socket.create_connection((where.hostname, where.port), timeout=30)
+            client.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ")  # never finished
+            slow.append(client)
+        # Each is closed by the server (recv sees the end), long before the client gives up.
+        assert all(client.recv(1024) == b"" for client in slow)
+        for client in slow:
+            client.close()
+        assert api.get("/healthz", token=None).status == 200
