@@ -52,6 +52,9 @@ class PostgresServer:
 
     port: int = field(default_factory=free_port)
     user: str = "postgres"
+    # Other addresses to listen on and networks to trust (the partition test's veth links).
+    listen: str = "127.0.0.1"
+    trusted_networks: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         self.bindir = _postgres_bindir()
@@ -80,9 +83,12 @@ class PostgresServer:
              "--auth=trust", "--encoding=UTF8", "--locale=C", "--no-sync"],
             check=True, capture_output=True, **self._popen_kwargs(),
         )  # fmt: skip
+        with open(self.datadir / "pg_hba.conf", "a") as hba:
+            for network in self.trusted_networks:
+                hba.write(f"host all all {network} trust\n")
         command = [
             str(self.bindir / "postgres"), "-D", str(self.datadir), "-p", str(self.port),
-            "-c", "listen_addresses=127.0.0.1", "-c", f"unix_socket_directories={self.root}",
+            "-c", f"listen_addresses={self.listen}", "-c", f"unix_socket_directories={self.root}",
             "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
             "-c", "max_connections=300", "-c", "shared_buffers=256MB",
         ]  # fmt: skip
@@ -110,6 +116,7 @@ class RedisServer:
     """A redis-server with no persistence on a free loopback port."""
 
     port: int = field(default_factory=free_port)
+    bind: str = "127.0.0.1"
 
     def __post_init__(self) -> None:
         binary = shutil.which("redis-server")
@@ -124,7 +131,7 @@ class RedisServer:
 
     def start(self) -> RedisServer:
         command = [
-            self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+            self.binary, "--port", str(self.port), "--bind", self.bind, "--save", "",
             "--appendonly", "no", "--protected-mode", "no",
         ]  # fmt: skip
         self.executor = TCPExecutor(
