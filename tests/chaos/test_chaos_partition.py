@@ -36,7 +36,9 @@ MAX_ENTRIES = 20_000
 
 
 @pytest.fixture
-def hosts() -> Iterator[network.Network]:
+def hosts(dialect: str) -> Iterator[network.Network]:
+    if dialect == "sqlite":
+        pytest.skip("a SQLite database is a local file: there is no network to partition")
     why_not = network.available()
     if why_not is not None:
         pytest.skip(f"no network namespaces here: {why_not}")
@@ -64,10 +66,8 @@ def _urls(postgres: PostgresServer, redis_server: RedisServer, host: str, redis_
 
 @pytest.mark.timeout(900)
 def test_a_partitioned_worker_host_writes_nothing_stale(
-    dialect: str, hosts: network.Network, servers, tmp_path: Path
+    hosts: network.Network, servers, tmp_path: Path
 ) -> None:
-    if dialect == "sqlite":
-        pytest.skip("a SQLite database is a local file: there is no network to partition")
     postgres, redis_server = servers
     admin = create_engine(postgres.admin_url, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
