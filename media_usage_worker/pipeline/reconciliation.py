@@ -22,6 +22,7 @@ from media_usage_worker.domain.snapshots import field_fingerprint
 from media_usage_worker.domain.validation import split_usable
 from media_usage_worker.domain.vocabulary import ErrorCode, ReconciliationPhase, WorkState
 from media_usage_worker.repository import reconciliations as store
+from media_usage_worker.repository import statistics
 from media_usage_worker.repository.reconciliations import Coordinator
 from media_usage_worker.repository.rules import mark_rules_changed
 from media_usage_worker.repository.work import MediaUsageWorkRepository
@@ -79,6 +80,10 @@ class Reconciler:
                     reports.append(
                         StepReport(coordinator.collection_slug, coordinator.phase, "failed")
                     )
+        if any(r.action == "completed" for r in reports):
+            statistics.refresh(self.engine)  # a backfill just ended: the tables grew
+        else:
+            statistics.refresh_if_grown(self.engine)
         return reports
 
     def _step(self, c: Coordinator) -> StepReport:

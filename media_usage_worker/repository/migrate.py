@@ -20,6 +20,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
 from media_usage_worker.domain.errors import DatabaseNotReady, InvalidArgument
+from media_usage_worker.repository import statistics
 from media_usage_worker.repository.db import create_engine, refuse_missing_sqlite_file
 
 VERSION_TABLE = "_media_usage_worker_migrations"
@@ -59,6 +60,9 @@ def upgrade(url_or_engine: str | sa.Engine, revision: str = "head") -> None:
     """Apply migrations up to ``revision`` (default: all). Running it again changes nothing."""
     with _migrating(url_or_engine) as connection:
         command.upgrade(_config(connection), revision)
+    # Statistics for the planner from the start (repository.statistics).
+    with _engine(url_or_engine) as engine:
+        statistics.refresh(engine)
 
 
 def downgrade(url_or_engine: str | sa.Engine, revision: str = "base") -> None:

@@ -106,6 +106,11 @@ def _identity(source: Any, collection_id: Any, active: bool) -> sa.ColumnElement
     return sa.and_(source.collection_id == collection_id, source.identity_version == 1)
 
 
+def _not_indexed(column: sa.ColumnElement[str]) -> sa.ColumnElement[str]:
+    """``column``'s value, as an expression no index matches (the column is NOT NULL)."""
+    return sa.func.coalesce(column, "")
+
+
 def _current_eligible(active: bool) -> tuple[sa.FromClause, list[sa.ColumnElement[bool]]]:
     """Sources joined to their current generation, filtered as §17.2 says."""
     draft = sources.alias("draft")
@@ -113,10 +118,14 @@ def _current_eligible(active: bool) -> tuple[sa.FromClause, list[sa.ColumnElemen
         occurrences, sa.and_(u.source_key == s.source_key, u.generation == s.current_generation)
     ).join(collections, c.slug == s.collection_slug)
     where = [
-        s.source_type == "content",
+        # Filters on the source a media id's occurrence leads to, never a way in: wrapped, no
+        # index can serve them, so every read of this join starts from the occurrences of the
+        # media id (one seek) and reaches each source by its key. Bare, a planner without
+        # statistics (SQLite before its first ANALYZE) walked every content source instead.
+        _not_indexed(s.source_type) == "content",
         s.collection_slug.isnot(None),
         s.content_id.isnot(None),
-        s.source_variant.in_(VARIANTS),
+        _not_indexed(s.source_variant).in_(VARIANTS),
         _identity(s, c.id, active),
         # A collection being deleted stops counting the moment its tombstone is written.
         ~being_deleted(c.id),
@@ -155,6 +164,10 @@ def usage_counts(conn: sa.Connection, media_ids: list[str]) -> dict[str, int]:
                 u.media_id.in_(batch),
                 ~sa.exists(
                     sa.select(1).where(
+                        # source_type first: with it the three columns of the sources' content
+                        # index are all equalities, so the planner seeks that index with or
+                        # without statistics (without, SQLite searched the locale index).
+                        trashed.c.source_type == "content",
                         trashed.c.collection_slug == s.collection_slug,
                         trashed.c.content_id == s.content_id,
                         trashed.c.content_deleted_at.isnot(None),
@@ -225,6 +238,8 @@ def _entry(
 ) -> UsageEntry:
     all_sources = conn.execute(
         sa.select(sources).where(
+            # The three columns of the sources' content index: a seek, statistics or not.
+            s.source_type == "content",
             s.collection_slug == slug,
             s.content_id == content_id,
             _identity(s, collection_id, active),
