@@ -190,3 +190,30 @@ def test_no_read_statement_scans_a_big_table(big_site: sa.Engine, stats: str) ->
         if found:
             scans[name] = found
     assert scans == {}, json.dumps(scans, indent=1)
+
+
+def test_statistics_follow_the_tables_as_they_grow(db: sa.Engine) -> None:
+    posts = active_collection(db, "posts", [FieldDefinition("hero", "Hero", "image")])
+    if db.dialect.name == "postgresql":
+        assert statistics.refresh_if_grown(db) is False  # autovacuum's job there
+        return
+    assert statistics.refresh_if_grown(db) is False  # nothing grew since the migration
+    with db.begin() as conn:
+        conn.exec_driver_sql(
+            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 3000) "
+            "INSERT INTO _emdash_media_usage_sources (source_key, source_type, collection_slug,"
+            " content_id, source_variant, current_generation, collection_id, identity_version)"
+            f" SELECT 'k' || i, 'content', 'posts', 'e' || i, 'columns', 'g', '{posts.id}', 1"
+            " FROM n"
+        )
+    assert statistics.refresh_if_grown(db) is True
+    with db.connect() as conn:
+        described = (
+            conn.exec_driver_sql(
+                "SELECT stat FROM sqlite_stat1 WHERE tbl = '_emdash_media_usage_sources'"
+            )
+            .scalars()
+            .all()
+        )
+    assert described and max(int(s.split()[0]) for s in described) == 3000
+    assert statistics.refresh_if_grown(db) is False  # fresh again
