@@ -215,5 +215,5 @@ def test_statistics_follow_the_tables_as_they_grow(db: sa.Engine) -> None:
             .scalars()
             .all()
         )
-    assert described and max(int(s.split()[0]) for s in described) == 3000
+    assert described and max(int(s.split()[0]) for s in described) > 2000  # a sample
     assert statistics.refresh_if_grown(db) is False  # fresh again
