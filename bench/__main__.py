@@ -1,4 +1,4 @@
-"""``python -m bench [all|drain|tick|latency|memory|sqlite|cpu|single] [--smoke]``: see
+"""``python -m bench [all|drain|tick|latency|memory|sqlite|cpu|single|reads] [--smoke]``: see
 docs/benchmarks.md."""
 
 from __future__ import annotations
@@ -9,9 +9,17 @@ import os
 import platform
 import sys
 
-SMOKE = {"entries": 200, "repeat": 1, "ticks": (1_000, 10_000), "latency": 10, "memory": 1_500}
+SMOKE = {
+    "entries": 200,
+    "repeat": 1,
+    "ticks": (1_000, 10_000),
+    "latency": 10,
+    "memory": 1_500,
+    "reads": (2_000, 1_000, 20, 5, 2.0),
+}
+# reads: (entries, library items, samples, HTTP clients, HTTP seconds)
 FULL = {"entries": 20_000, "repeat": 3, "ticks": (1_000, 100_000, 1_000_000), "latency": 200,
-        "memory": 100_000}  # fmt: skip
+        "memory": 100_000, "reads": (100_000, 50_000, 400, 50, 30.0)}  # fmt: skip
 
 
 def machine() -> str:
@@ -30,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
         "which",
         nargs="?",
         default="all",
-        choices=["all", "drain", "tick", "latency", "memory", "sqlite", "cpu", "single"],
+        choices=["all", "drain", "tick", "latency", "memory", "sqlite", "cpu", "single", "reads"],
     )
     parser.add_argument("--smoke", action="store_true", help="tiny sizes: check the harness")
     parser.add_argument("--entries", type=int)
@@ -49,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     entries = args.entries or size["entries"]
     repeat = args.repeat or size["repeat"]
 
-    from bench import cpu, drain, latency, memory, single, tick
+    from bench import cpu, drain, latency, memory, reads, single, tick
     from bench.env import Bench
 
     print(machine(), flush=True)
@@ -79,6 +87,11 @@ def main(argv: list[str] | None = None) -> int:
             report(cpu.run(bench, entries, repeat, args.workers[0]))
         if args.which in ("all", "single"):
             report(single.run(bench, entries, repeat, items=min(entries, 1000)))
+        if args.which in ("all", "reads"):
+            site, library, samples, clients, seconds = size["reads"]
+            if args.entries:  # --entries N sizes the site; the library is half of it
+                site, library = args.entries, max(1, args.entries // 2)
+            report(reads.run(bench, site, library, samples, clients, seconds))
     return 0
 
 

@@ -51,3 +51,10 @@ def test_every_benchmark_runs_and_prints_its_figures() -> None:
     assert "Index Scan using idx__emdash_media_usage_work_due" in done.stdout  # the EXPLAIN
     assert re.search(r"fast path\s+idle\s+p50\s+[\d.]+ ms", done.stdout), done.stdout
     assert re.search(r"worker RSS after [\d,]+ items [\d.]+ MiB", done.stdout), done.stdout
+    # The read benchmark: every read beside its floor, and HTTP under concurrent clients.
+    for dialect in ("postgresql", "sqlite"):
+        for read in ("usage_count", "usage_counts of 1,000 ids", "usage page, first",
+                     "usage page, third (cursor)", "coverage", "status"):  # fmt: skip
+            assert re.search(rf"reads {dialect} {re.escape(read)}\s+p50\s+[\d.]+ ms", done.stdout)
+        assert re.search(rf"reads {dialect} usage_count .*floor p50 [\d.]+", done.stdout)
+        assert re.search(rf"reads {dialect} HTTP /v1/usage.* errors 0 ", done.stdout), done.stdout

@@ -21,6 +21,7 @@ import sqlalchemy as sa
 from media_usage_worker.api import MediaUsage
 from media_usage_worker.domain.content_model import FieldDefinition
 from media_usage_worker.repository import statistics
+from tests.generated_site import generate_site
 from tests.support import active_collection, mark_coverage_complete
 
 ENTRIES = 100_000
@@ -29,44 +30,6 @@ BIG_TABLES = ("_emdash_media_usage_sources", "_emdash_media_usage", "media")
 # A search of a big table must pin one of these: by collection slug or locale alone, it reads
 # a whole collection's rows for every row it is asked about.
 _SELECTIVE = re.compile(r"\b(media_id|content_id|source_key|id|rowid)=")
-NUMBERS = f"WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {ENTRIES})"
-
-
-def _generate(engine: sa.Engine, collection_id: str) -> None:
-    cid = f"'{collection_id}'"  # a ULID this project made: no quoting to worry about
-    status = "CASE WHEN i % 4 = 0 THEN 'draft' ELSE 'published' END"
-    deleted = "CASE WHEN i % 20 = 0 THEN '2026-01-01T00:00:00.000Z' ELSE NULL END"
-    statements = [
-        f"""{NUMBERS} INSERT INTO media (id, filename, mime_type, storage_key)
-            SELECT 'media-' || i, 'f' || i || '.jpg', 'image/jpeg', 'k' || i FROM n
-            WHERE i <= {LIBRARY}""",
-        f"""{NUMBERS} INSERT INTO _emdash_media_usage_sources
-            (source_key, source_type, collection_slug, content_id, source_variant,
-             content_status, content_deleted_at, current_generation, collection_id,
-             identity_version)
-            SELECT 'content:' || {cid} || ':e' || i || ':columns', 'content', 'posts', 'e' || i,
-                   'columns', {status}, {deleted}, 'g1', {cid}, 1 FROM n""",
-        f"""{NUMBERS} INSERT INTO _emdash_media_usage_sources
-            (source_key, source_type, collection_slug, content_id, source_variant,
-             content_status, content_deleted_at, current_generation, collection_id,
-             identity_version)
-            SELECT 'content:' || {cid} || ':e' || i || ':draft_overlay', 'content', 'posts',
-                   'e' || i, 'draft_overlay', {status}, {deleted}, 'g1', {cid}, 1
-            FROM n WHERE i % 4 = 0""",
-        f"""{NUMBERS}, k(j) AS (SELECT 0 UNION ALL SELECT j + 1 FROM k WHERE j < 4)
-            INSERT INTO _emdash_media_usage
-            (id, source_key, generation, field_slug, field_path, occurrence_index,
-             reference_type, media_id, provider_asset_id)
-            SELECT 'o' || i || '-' || j, 'content:' || {cid} || ':e' || i || ':columns', 'g1',
-                   'hero', 'hero', j, 'image_field', 'media-' || ((i * 7 + j * 13) % {LIBRARY}),
-                   'media-' || ((i * 7 + j * 13) % {LIBRARY})
-            FROM n CROSS JOIN k WHERE j < 4 OR i % 10 < 7""",
-    ]
-    with engine.begin() as conn:
-        for statement in statements:
-            if engine.dialect.name == "postgresql":  # psycopg reads % as a placeholder
-                statement = statement.replace("%", "%%")
-            conn.exec_driver_sql(statement)
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +49,7 @@ def big_site(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
     upgrade(url)
     engine = create_engine(url)
     posts = active_collection(engine, "posts", [FieldDefinition("hero", "Hero", "image")])
-    _generate(engine, posts.id)
+    generate_site(engine, posts.id, "posts", ENTRIES, LIBRARY)
     mark_coverage_complete(engine)
     yield engine
     engine.dispose()
