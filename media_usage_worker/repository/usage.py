@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -146,40 +147,50 @@ def _current_eligible(active: bool) -> tuple[sa.FromClause, list[sa.ColumnElemen
     return joined, where
 
 
+# Ids per statement: few round trips for a thousand ids, and far below any dialect's limit of
+# bound values.
+COUNT_BATCH = 250
+
+
+@functools.cache
+def _counts_statement(active: bool) -> sa.Select[Any]:
+    """Distinct live entries per media id of the ``media_ids`` parameter (expanding), built once
+    per capture state."""
+    trashed = sources.alias("trashed")
+    joined, where = _current_eligible(active)
+    entries = (
+        sa.select(u.media_id, s.collection_slug, s.content_id)
+        .distinct()
+        .select_from(joined)
+        .where(
+            *where,
+            u.media_id.in_(sa.bindparam("media_ids", expanding=True)),
+            ~sa.exists(
+                sa.select(1).where(
+                    # source_type first: with it the three columns of the sources' content
+                    # index are all equalities, so the planner seeks that index with or
+                    # without statistics (without, SQLite searched the locale index).
+                    trashed.c.source_type == "content",
+                    trashed.c.collection_slug == s.collection_slug,
+                    trashed.c.content_id == s.content_id,
+                    trashed.c.content_deleted_at.isnot(None),
+                    _identity(trashed.c, c.id, active),
+                )
+            ),
+        )
+        .subquery()
+    )
+    return sa.select(entries.c.media_id, sa.func.count()).group_by(entries.c.media_id)
+
+
 def usage_counts(conn: sa.Connection, media_ids: list[str]) -> dict[str, int]:
     """Distinct live (not trashed) entries using each media id."""
-    active = is_activation_active(conn)
+    statement = _counts_statement(is_activation_active(conn))
     counts = dict.fromkeys(media_ids, 0)
-    trashed = sources.alias("trashed")
     distinct = list(dict.fromkeys(media_ids))
-    for start in range(0, len(distinct), 50):
-        batch = distinct[start : start + 50]
-        joined, where = _current_eligible(active)
-        entries = (
-            sa.select(u.media_id, s.collection_slug, s.content_id)
-            .distinct()
-            .select_from(joined)
-            .where(
-                *where,
-                u.media_id.in_(batch),
-                ~sa.exists(
-                    sa.select(1).where(
-                        # source_type first: with it the three columns of the sources' content
-                        # index are all equalities, so the planner seeks that index with or
-                        # without statistics (without, SQLite searched the locale index).
-                        trashed.c.source_type == "content",
-                        trashed.c.collection_slug == s.collection_slug,
-                        trashed.c.content_id == s.content_id,
-                        trashed.c.content_deleted_at.isnot(None),
-                        _identity(trashed.c, c.id, active),
-                    )
-                ),
-            )
-            .subquery()
-        )
-        for media_id, count in conn.execute(
-            sa.select(entries.c.media_id, sa.func.count()).group_by(entries.c.media_id)
-        ):
+    for start in range(0, len(distinct), COUNT_BATCH):
+        batch = distinct[start : start + COUNT_BATCH]
+        for media_id, count in conn.execute(statement, {"media_ids": batch}):
             counts[media_id] = count
     return counts
 
