@@ -1,5 +1,5 @@
-"""``python -m bench [all|drain|tick|latency|memory|sqlite|cpu|single|reads] [--smoke]``: see
-docs/benchmarks.md."""
+"""``python -m bench [all|drain|tick|latency|memory|sqlite|cpu|single|reads|backfill]
+[--smoke]``: see docs/benchmarks.md."""
 
 from __future__ import annotations
 
@@ -38,7 +38,18 @@ def main(argv: list[str] | None = None) -> int:
         "which",
         nargs="?",
         default="all",
-        choices=["all", "drain", "tick", "latency", "memory", "sqlite", "cpu", "single", "reads"],
+        choices=[
+            "all",
+            "drain",
+            "tick",
+            "latency",
+            "memory",
+            "sqlite",
+            "cpu",
+            "single",
+            "reads",
+            "backfill",
+        ],
     )
     parser.add_argument("--smoke", action="store_true", help="tiny sizes: check the harness")
     parser.add_argument("--entries", type=int)
@@ -57,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     entries = args.entries or size["entries"]
     repeat = args.repeat or size["repeat"]
 
-    from bench import cpu, drain, latency, memory, reads, single, tick
+    from bench import backfill, cpu, drain, latency, memory, reads, single, tick
     from bench.env import Bench
 
     print(machine(), flush=True)
@@ -87,6 +98,8 @@ def main(argv: list[str] | None = None) -> int:
             report(cpu.run(bench, entries, repeat, args.workers[0]))
         if args.which in ("all", "single"):
             report(single.run(bench, entries, repeat, items=min(entries, 1000)))
+        if args.which in ("all", "backfill"):
+            report(backfill.run(bench, entries, repeat, args.workers[0]))
         if args.which in ("all", "reads"):
             site, library, samples, clients, seconds = size["reads"]
             if args.entries:  # --entries N sizes the site; the library is half of it

@@ -46,6 +46,9 @@ def test_every_benchmark_runs_and_prints_its_figures() -> None:
         "single items in one process, PG",
         "single items in one process, SQL per item",
         "tick 10,000/1,000, budget 10",
+        "backfill PG 200 activation -> complete",
+        "backfill PG 200 (e) single-process rebuild",
+        "backfill SQLite 200 activation -> complete",
     ]
     assert [name for name in expected if figures.get(name, 0) <= 0] == [], done.stdout
     assert "Index Scan using idx__emdash_media_usage_work_due" in done.stdout  # the EXPLAIN
