@@ -31,6 +31,7 @@ from media_usage_worker.pipeline.refresh import (
     refresh_error,
 )
 from media_usage_worker.repository import coverage, projection
+from media_usage_worker.repository import reconciliations as store
 from media_usage_worker.repository.collections import is_registered
 from media_usage_worker.repository.projection import CollectionState
 from media_usage_worker.repository.source_writes import EntryWrite
@@ -85,6 +86,10 @@ class BatchRun:
     # Called after the entries were read and planned, before anything is written: tests use it
     # to race the batch (a write, a lost lease, a slow item, the soft time limit).
     before_write: Callable[[], None] | None = None
+    # Called once after the batch when it woke a waiting reconciliation (its collection's work
+    # has almost drained): the worker takes the reconciliation's next steps at once instead of
+    # leaving the workers idle until the next reconcile tick.
+    on_drained: Callable[[], object] | None = None
     # Set once an interrupt (the soft time limit) arrived: the rest of the batch is not started.
     _interrupted: bool = field(default=False, init=False)
     # What each failed entry's refresh raised, by content id, for the retry or failure log line.
@@ -92,6 +97,7 @@ class BatchRun:
     # The entry being read and extracted on its own, if any: when the soft time limit arrives
     # then, it is the one that took the time, and only it is charged an attempt.
     _working_on: str | None = field(default=None, init=False)
+    _woke_reconciliation: bool = field(default=False, init=False)
 
     def run(self, items: Sequence[Item]) -> list[ProcessResult]:
         results: list[ProcessResult] = []
@@ -103,6 +109,14 @@ class BatchRun:
                     results += [_lost(i) for i in group]
                 else:
                     results += self._collection(conn, collection_id, group)
+        if self._woke_reconciliation and self.on_drained is not None and not self._interrupted:
+            try:
+                self.on_drained()
+            except Exception as exc:
+                if isinstance(exc, self.interrupts):
+                    raise
+                # The next reconcile tick takes the step: nothing is lost but the head start.
+                log.warning("reconciliation after a drained batch failed: %s", describe(exc))
         return results
 
     def _collection(
@@ -150,6 +164,8 @@ class BatchRun:
             # last two completions of a collection could each see the other's row and neither
             # restore ``complete`` (the chaos test found this).
             coverage.record_incremental_success(conn, first.collection_id, first.collection_slug)
+            if self.on_drained is not None and store.wake_if_drained(conn, first.collection_id):
+                self._woke_reconciliation = True
         return results
 
     def _refresh_all(self, conn: Connection, records: list[WorkRecord]) -> list[ProcessResult]:

@@ -33,6 +33,7 @@ def process_work_item(
     heartbeat: Heartbeat | None = None,
     interrupts: tuple[type[BaseException], ...] = (),
     before_write: Callable[[], None] | None = None,
+    on_drained: Callable[[], object] | None = None,
 ) -> ProcessResult:
     """Run one item. Invalid arguments raise ``InvalidArgument`` before anything is written.
 
@@ -51,6 +52,7 @@ def process_work_item(
         heartbeat=heartbeat,
         interrupts=interrupts,
         before_write=before_write,
+        on_drained=on_drained,
     )
     (result,) = run.run([item])
     return result

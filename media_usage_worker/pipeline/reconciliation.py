@@ -31,7 +31,16 @@ if TYPE_CHECKING:
     from sqlalchemy import Engine
 
 log = logging.getLogger(__name__)
+# Ids per enqueue statement (the work repository's limit).
 PAGE = 50
+# Ids (or source keys) one step reads: twenty pages under one lease, so a backfill is not
+# paced by a round of lease, read and release for every fifty entries.
+STEP = 1000
+# Work a scan keeps queued ahead of the workers. It stops there; the batch that drains the
+# collection's work below ``reconciliations.WAKE_BELOW`` wakes it for more (docs/design.md
+# §6), so the workers are fed as fast as they drain, and incremental writes never wait
+# behind more than a few seconds of backfill.
+SCAN_AHEAD = 5000
 CANDIDATES_PER_ROUND = 4
 
 
@@ -39,7 +48,8 @@ CANDIDATES_PER_ROUND = 4
 class StepReport:
     collection_slug: str
     phase: ReconciliationPhase
-    # started, enqueued, waiting, sources, completed, restarted, failed, deferred, rules_changed
+    # started, enqueued, ahead, waiting, sources, completed, restarted, failed, deferred,
+    # rules_changed
     action: str
     enqueued: int = 0
 
@@ -123,11 +133,15 @@ class Reconciler:
         )  # fmt: skip
 
     def _scan(self, c: Coordinator) -> StepReport:
-        ids = store.scan_page(self.engine, c, PAGE)
+        if store.work_backlog(self.engine, c.collection_id, SCAN_AHEAD) >= SCAN_AHEAD:
+            # Enough queued: the drain wakes this run (or the next tick finds it due).
+            store.release(self.engine, c, self.defer_seconds)
+            return StepReport(c.collection_slug, ReconciliationPhase.SCAN, "ahead")
+        ids = store.scan_page(self.engine, c, STEP)
         if ids:
             usable, unusable = split_usable(ids, lambda content_id: content_id)
-            if usable:
-                self._enqueue(c, ReconciliationPhase.SCAN, usable)
+            for start in range(0, len(usable), PAGE):
+                self._enqueue(c, ReconciliationPhase.SCAN, usable[start : start + PAGE])
             assert c.target_epoch is not None
             for content_id in unusable:
                 self.work.record_unusable_content(
@@ -146,13 +160,13 @@ class Reconciler:
         return StepReport(c.collection_slug, ReconciliationPhase.SOURCES, "sources")
 
     def _sources(self, c: Coordinator) -> StepReport:
-        keys = store.source_page(self.engine, c, PAGE)
+        keys = store.source_page(self.engine, c, STEP)
         if keys:
             candidates = list(dict.fromkeys(content_id for _, content_id in keys))
             present = store.present_content_ids(self.engine, c.collection_slug, candidates)
             gone = [content_id for content_id in candidates if content_id not in present]
-            if gone:
-                self._enqueue(c, ReconciliationPhase.SOURCES, gone)
+            for start in range(0, len(gone), PAGE):
+                self._enqueue(c, ReconciliationPhase.SOURCES, gone[start : start + PAGE])
             store.release(self.engine, c, 0, source_cursor=keys[-1][0])
             return StepReport(c.collection_slug, ReconciliationPhase.SOURCES, "enqueued", len(gone))
         barrier = self._work_barrier(c)

@@ -27,7 +27,7 @@ from media_usage_worker.repository.activation import is_activation_active
 from media_usage_worker.repository.clock import db_now, is_live_by_text
 from media_usage_worker.repository.collections import load_fields
 from media_usage_worker.repository.content_tables import content_columns
-from media_usage_worker.repository.db import transaction
+from media_usage_worker.repository.db import Bind, transaction
 from media_usage_worker.repository.ids import new_ulid
 from media_usage_worker.repository.predicates import (
     active_status_row,
@@ -186,6 +186,51 @@ def seed(engine: sa.Engine) -> None:
                     next_attempt_at=db_now(), created_at=db_now(), updated_at=db_now(),
                 )
             )  # fmt: skip
+
+
+# Work rows of a collection below which its reconciliation is woken: the next pages are
+# enqueued while the workers still have this much to do, so they never wait for a tick.
+WAKE_BELOW = 500
+_almost_drained = (
+    sa.select(sa.func.count())
+    .select_from(
+        sa.select(1)
+        .where(_w.collection_id == sa.bindparam("p_collection_id"))
+        .limit(WAKE_BELOW)
+        .subquery()
+    )
+    .scalar_subquery()
+    < WAKE_BELOW
+)
+# A coordinator waiting (pending, not leased or failed) on a collection whose work has almost
+# drained becomes due now: its next step (more pages, or the phase after the drain) need not
+# wait for the next reconcile tick.
+_WAKE = (
+    reconciliations.update()
+    .where(
+        _r.collection_id == sa.bindparam("p_collection_id"),
+        _r.state == ReconciliationState.PENDING,
+        _almost_drained,
+    )
+    .values(next_attempt_at=db_now(), updated_at=db_now())
+    .returning(_r.collection_id)
+)
+
+
+def work_backlog(bind: Bind, collection_id: str, up_to: int) -> int:
+    """The collection's work rows, counted up to ``up_to`` (an index range, never the table)."""
+    statement = sa.select(sa.func.count()).select_from(
+        sa.select(1).where(_w.collection_id == collection_id).limit(up_to).subquery()
+    )
+    with transaction(bind) as conn:
+        return int(conn.execute(statement).scalar_one())
+
+
+def wake_if_drained(bind: Bind, collection_id: str) -> bool:
+    """Make the collection's reconciliation due now if its work (almost) drained; ``True``
+    when there was one to wake."""
+    with transaction(bind) as conn:
+        return conn.execute(_WAKE, {"p_collection_id": collection_id}).first() is not None
 
 
 def due_collection_ids(engine: sa.Engine, limit: int) -> list[str]:

@@ -19,6 +19,7 @@ from media_usage_worker.domain.work import checked_items
 from media_usage_worker.pipeline.batch import BatchRun
 from media_usage_worker.pipeline.fan_out import due_read_budget, fan_out_due_work
 from media_usage_worker.pipeline.process import Heartbeat, process_work_item
+from media_usage_worker.pipeline.reconciliation import Reconciler
 from media_usage_worker.repository import coverage
 from media_usage_worker.repository.activation import is_activation_active
 from media_usage_worker.repository.db import read_transaction
@@ -35,6 +36,8 @@ CAPTURE_INACTIVE = (
 )
 # The soft time limit ends the refresh, never the worker: the item is retried (attempt + 1).
 OUT_OF_TIME = (SoftTimeLimitExceeded,)
+# How long a worker spends on a reconciliation its batch woke, before its next message.
+RECONCILE_NOW_SECONDS = 2.0
 
 
 @media_usage_task("media_usage.tick", bind=True)
@@ -101,6 +104,7 @@ def process_work(collection_id: Any, content_id: Any, work_version: Any) -> dict
                 max_seconds=settings.time_limits()[0],
             ),
             interrupts=OUT_OF_TIME,
+            on_drained=_reconcile_now(engine),
         ).as_dict()
     except InvalidArgument as exc:
         # Forged or corrupted message: say so once, change nothing, never retry it.
@@ -134,6 +138,7 @@ def process_batch(items: Any) -> dict[str, Any]:
         lease_seconds=lease,
         heartbeat=Heartbeat(every_seconds=lease / 3, max_seconds=settings.time_limits()[0]),
         interrupts=OUT_OF_TIME,
+        on_drained=_reconcile_now(engine),
     ).run(checked)
     dispatch.release([(i.collection_id, i.content_id, i.work_version) for i in checked])
     failed = [r for r in results if r.outcome == Outcome.FAILED]
@@ -143,6 +148,19 @@ def process_batch(items: Any) -> dict[str, Any]:
         "failed": [[r.collection_id, r.content_id, str(r.error_code)] for r in failed],
     }
     return _reported(summary, failed)
+
+
+def _reconcile_now(engine: Any) -> Any:
+    """A reconcile tick's work, taken by this worker when its batch drained a collection under
+    reconciliation (``BatchRun.on_drained``): a backfill is fed as fast as the workers drain it,
+    and its last phases follow the drain at once."""
+
+    def step() -> None:
+        Reconciler(engine, defer_seconds=settings.reconcile_defer_seconds()).tick(
+            budget_seconds=RECONCILE_NOW_SECONDS
+        )
+
+    return step
 
 
 def _reported(summary: dict[str, Any], failed: list[Any]) -> dict[str, Any]:

@@ -69,7 +69,8 @@ def test_entries_from_before_activation_are_reconciled_to_complete(db, registere
         0,
         None,
     )
-    assert actions.count("enqueued") >= 10 and "completed" in actions
+    # 500 entries are one step of the scan (read 1,000 ids at a time, enqueued 50 a statement).
+    assert actions.count("enqueued") >= 1 and "completed" in actions
     assert actual_index(db) == expected_index(db)
     assert actual_source_keys(db) == expected_source_keys(db)
     with db.connect() as conn:
@@ -269,3 +270,58 @@ def test_a_worker_killed_while_recording_a_failed_run_leaves_it_recoverable(
         "partial",
         "MEDIA_USAGE_UNUSABLE_CONTENT_ID",
     )
+
+
+def test_a_batch_that_drains_a_backfill_takes_its_next_steps_at_once(
+    db, registered_posts
+) -> None:
+    """The workers feed the backfill themselves: one reconcile tick, then only batches. Each
+    batch that leaves the collection's work almost drained wakes the reconciliation and runs
+    its next steps (more pages, then the sources phase and ``complete``) in the worker."""
+    from media_usage_worker.domain.policy import Limits
+    from media_usage_worker.domain.work import Item
+    from media_usage_worker.pipeline.batch import BatchRun
+    from media_usage_worker.repository.work import MediaUsageWorkRepository
+
+    write(db, INSERT, entries(700))
+    activate(db)
+    woken: list[int] = []
+    reconciler = Reconciler(db, defer_seconds=60)  # no tick would come back within the test
+
+    def on_drained() -> None:
+        woken.append(1)
+        reconciler.tick(max_steps=4)  # a few pages at a time, as a worker's short turn would
+
+    reconciler.tick(max_steps=3)  # start, and the first pages
+    repo = MediaUsageWorkRepository(db)
+    for _ in range(200):
+        due = repo.find_due_work(100)
+        if not due:
+            break
+        BatchRun(db, Limits(), on_drained=on_drained).run(
+            [Item(r.collection_id, r.content_id, r.work_version) for r in due]
+        )
+    status = status_row(db, registered_posts.id)
+    assert status["status"] == "complete", status
+    assert len(woken) >= 3  # more pages, then the phases after the drain
+    assert actual_index(db) == expected_index(db)
+
+
+def test_waking_needs_a_waiting_reconciliation_and_an_almost_drained_collection(
+    db, registered_posts
+) -> None:
+    assert reconciliations.wake_if_drained(db, registered_posts.id) is False  # none to wake
+    write(db, INSERT, entries(600))
+    activate(db)
+    Reconciler(db, defer_seconds=60).tick(max_steps=13)  # start and 600 ids of work
+    with db.begin() as conn:
+        conn.execute(
+            sa.text(
+                "UPDATE _emdash_media_usage_reconciliations "
+                "SET next_attempt_at = '2999-01-01T00:00:00.000Z'"
+            )
+        )
+    assert reconciliations.wake_if_drained(db, registered_posts.id) is False  # 600 to do
+    drain(db)
+    assert reconciliations.wake_if_drained(db, registered_posts.id) is True
+    assert reconciliations.due_collection_ids(db, 10) == [registered_posts.id]
