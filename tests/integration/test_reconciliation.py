@@ -272,9 +272,7 @@ def test_a_worker_killed_while_recording_a_failed_run_leaves_it_recoverable(
     )
 
 
-def test_a_batch_that_drains_a_backfill_takes_its_next_steps_at_once(
-    db, registered_posts
-) -> None:
+def test_a_batch_that_drains_a_backfill_takes_its_next_steps_at_once(db, registered_posts) -> None:
     """The workers feed the backfill themselves: one reconcile tick, then only batches. Each
     batch that leaves the collection's work almost drained wakes the reconciliation and runs
     its next steps (more pages, then the sources phase and ``complete``) in the worker."""
