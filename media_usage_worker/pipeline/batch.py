@@ -164,9 +164,21 @@ class BatchRun:
             # last two completions of a collection could each see the other's row and neither
             # restore ``complete`` (the chaos test found this).
             coverage.record_incremental_success(conn, first.collection_id, first.collection_slug)
-            if self.on_drained is not None and store.wake_if_drained(conn, first.collection_id):
-                self._woke_reconciliation = True
+            if self.on_drained is not None:
+                self._wake(conn, first.collection_id)
         return results
+
+    def _wake(self, conn: Connection, collection_id: str) -> None:
+        """Wake the collection's waiting reconciliation if its work has almost drained. The
+        items are complete already: a failure here costs only the head start (the next
+        reconcile tick takes the step)."""
+        try:
+            if store.wake_if_drained(conn, collection_id):
+                self._woke_reconciliation = True
+        except Exception as exc:
+            if isinstance(exc, self.interrupts):
+                raise
+            log.warning("could not wake the reconciliation of %s: %s", collection_id, describe(exc))
 
     def _refresh_all(self, conn: Connection, records: list[WorkRecord]) -> list[ProcessResult]:
         first = records[0]

@@ -323,3 +323,26 @@ def test_waking_needs_a_waiting_reconciliation_and_an_almost_drained_collection(
     drain(db)
     assert reconciliations.wake_if_drained(db, registered_posts.id) is True
     assert reconciliations.due_collection_ids(db, 10) == [registered_posts.id]
+
+
+def test_a_wake_that_fails_costs_the_batch_nothing(db, registered_posts, monkeypatch) -> None:
+    from media_usage_worker.domain.policy import Limits
+    from media_usage_worker.domain.work import Item
+    from media_usage_worker.pipeline.batch import BatchRun
+    from media_usage_worker.repository.work import MediaUsageWorkRepository
+
+    write(db, INSERT, entries(5))
+    activate(db)
+    Reconciler(db, defer_seconds=60).tick()
+
+    def broken(*_args, **_kwargs):
+        raise sa.exc.OperationalError("UPDATE", {}, Exception("the database went away"))
+
+    monkeypatch.setattr(reconciliations, "wake_if_drained", broken)
+    due = MediaUsageWorkRepository(db).find_due_work(100)
+    called: list[int] = []
+    results = BatchRun(db, Limits(), on_drained=lambda: called.append(1)).run(
+        [Item(r.collection_id, r.content_id, r.work_version) for r in due]
+    )
+    assert {str(r.outcome) for r in results} == {"completed"} and len(results) == 5
+    assert called == []  # nothing was woken, and the next reconcile tick takes the step
