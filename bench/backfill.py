@@ -11,7 +11,6 @@ rebuild of the same entries (``bench.rebuild``).
 from __future__ import annotations
 
 import time
-import uuid
 
 import sqlalchemy as sa
 
@@ -20,29 +19,11 @@ from bench.rebuild import rebuild
 from bench.stats import Figure, alternate
 from media_usage_worker.repository.activation import activate
 from media_usage_worker.repository.db import create_engine
-from media_usage_worker.repository.migrate import upgrade
-from media_usage_worker.repository.sample_content import create_sample_collections
 from media_usage_worker.repository.status import overview
 
 
 def _site_before_activation(bench: Bench, dialect: str, entries: int) -> str:
-    if dialect == "sqlite":
-        url = f"sqlite:///{bench.tmp / uuid.uuid4().hex}.db"
-    else:
-        name = f"b_{uuid.uuid4().hex[:12]}"
-        admin = create_engine(bench.pg.admin_url, isolation_level="AUTOCOMMIT")
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f"CREATE DATABASE {name}")
-        admin.dispose()
-        url = (
-            sa.make_url(bench.pg.admin_url)
-            .set(database=name, drivername="postgresql+psycopg")
-            .render_as_string(hide_password=False)
-        )
-    upgrade(url)
-    engine = create_engine(url)
-    create_sample_collections(engine)
-    engine.dispose()
+    url = bench.inactive_database(dialect)
     fill(url, entries)  # no capture yet: nothing is queued
     return url
 

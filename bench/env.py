@@ -43,6 +43,18 @@ class Bench(contextlib.ExitStack):
 
     def database(self, dialect: str) -> str:
         """A fresh, migrated database with the sample collections, capture active."""
+        url = self.inactive_database(dialect)
+        engine = create_engine(url)
+        activate(engine)
+        # Reconcile the still-empty collections now, as a site that has been running would be:
+        # the benchmarks measure incremental work, not a first reconciliation.
+        for slug in COLLECTIONS:
+            assert repair_collection(engine, slug).status == "complete"
+        engine.dispose()
+        return url
+
+    def inactive_database(self, dialect: str) -> str:
+        """A fresh, migrated database with the sample collections, capture not yet active."""
         if dialect == "sqlite":
             url = f"sqlite:///{self.tmp / uuid.uuid4().hex}.db"
         else:
@@ -58,11 +70,6 @@ class Bench(contextlib.ExitStack):
         upgrade(url)
         engine = create_engine(url)
         create_sample_collections(engine)
-        activate(engine)
-        # Reconcile the still-empty collections now, as a site that has been running would be:
-        # the benchmarks measure incremental work, not a first reconciliation.
-        for slug in COLLECTIONS:
-            assert repair_collection(engine, slug).status == "complete"
         engine.dispose()
         return url
 

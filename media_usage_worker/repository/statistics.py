@@ -48,32 +48,43 @@ def refresh(bind: Bind) -> None:
 
 def refresh_if_grown(bind: Bind) -> bool:
     """On SQLite, ``refresh`` when an index table outgrew its statistics; ``True`` if it ran.
-    On PostgreSQL autovacuum does this; nothing runs."""
+    On PostgreSQL autovacuum does this; nothing runs (no statement, not even a transaction:
+    every reconcile tick calls this)."""
+    if bind.dialect.name != "sqlite":
+        return False
     with read_transaction(bind) as conn:
-        if conn.dialect.name != "sqlite":
-            return False
-        stale = [t.name for t in TABLES if _outgrew(conn, t)]
+        described = _described_rows(conn)
+        stale = [t.name for t in TABLES if _rows_now(conn, t) > _stale_above(described, t)]
     if stale:
         refresh(bind)
     return bool(stale)
 
 
-def _outgrew(conn: sa.Connection, table: sa.Table) -> bool:
+def _described_rows(conn: sa.Connection) -> dict[str, int]:
+    """Per table, the row count its statistics were taken at (none before the first ANALYZE)."""
     has_stats = conn.exec_driver_sql(
         "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'sqlite_stat1'"
     ).first()
-    described = 0
-    if has_stats is not None:
-        # The first number of an index's stat is the table's row count when it was analyzed.
-        stats = conn.execute(
-            sa.text("SELECT stat FROM sqlite_stat1 WHERE tbl = :t"), {"t": table.name}
-        ).scalars()
-        described = max(
-            (int(s.split()[0]) for s in stats if s and s.split()[0].isdigit()), default=0
-        )
+    if has_stats is None:
+        return {}
+    described: dict[str, int] = {}
+    # The first number of an index's stat is the table's row count when it was analyzed.
+    for table, stat in conn.exec_driver_sql("SELECT tbl, stat FROM sqlite_stat1"):
+        first = (stat or "").split()[:1]
+        if first and first[0].isdigit():
+            described[table] = max(described.get(table, 0), int(first[0]))
+    return described
+
+
+def _stale_above(described: dict[str, int], table: sa.Table) -> int:
+    return GROWTH_FACTOR * described.get(table.name, 0) + GROWTH_FLOOR
+
+
+def _rows_now(conn: sa.Connection, table: sa.Table) -> int:
     # max(rowid) is one seek, where count(*) reads the whole table.
     rowid: sa.ColumnElement[int] = sa.literal_column("rowid")
-    now = conn.execute(
-        sa.select(sa.func.coalesce(sa.func.max(rowid), 0)).select_from(table)
-    ).scalar_one()
-    return int(now) > GROWTH_FACTOR * described + GROWTH_FLOOR
+    return int(
+        conn.execute(
+            sa.select(sa.func.coalesce(sa.func.max(rowid), 0)).select_from(table)
+        ).scalar_one()
+    )
