@@ -1,4 +1,4 @@
-"""The fixed import names of the data layer (SPEC §3), kept for scripts and deployments.
+"""The fixed import names of the data layer (docs/api.md), kept for scripts and deployments.
 
 The code lives in ``media_usage_worker.repository``; this package only re-exports the names
 the design fixes. Nothing inside ``media_usage_worker`` imports it, so a host project with a

@@ -1,4 +1,4 @@
-"""The fixed name of the Celery app (SPEC §3): ``celery -A tasks ...`` and ``tasks.app:app``.
+"""The fixed name of the Celery app (docs/api.md): ``celery -A tasks ...`` and ``tasks.app:app``.
 
 The tasks live in ``media_usage_worker.tasks``; importing this package registers every one of
 them on ``app``. Nothing inside ``media_usage_worker`` imports this package, so a host project

@@ -11,11 +11,32 @@ from dataclasses import dataclass
 from media_usage_worker.domain.errors import InvalidSetting
 from media_usage_worker.domain.vocabulary import ErrorCode, RefreshCode
 
+# How long a claim holds a work item or a reconciliation before another worker may take it.
 LEASE_SECONDS = 60
-MAX_ATTEMPTS = 5
-RETRY_BASE_SECONDS = 30
-RETRY_MAX_SECONDS = 900
-RETRY_JITTER_RATIO = 0.25
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """When a failed attempt is tried again (exponential back-off, capped) and when it is the
+    last: ``min(max, exp + floor(exp · jitter · r))`` with ``exp = min(max, base · 2^attempts)``."""
+
+    max_attempts: int = 5
+    base_seconds: int = 30
+    max_seconds: int = 900
+    jitter_ratio: float = 0.0
+
+    def delay_seconds(self, attempt_count: int, rand: Callable[[], float] = random.random) -> int:
+        exponential = min(self.max_seconds, self.base_seconds * 2 ** min(attempt_count, 16))
+        jitter = math.floor(exponential * self.jitter_ratio * rand())
+        return min(self.max_seconds, exponential + jitter)
+
+    def is_last(self, attempt_count: int) -> bool:
+        """This failure is the last attempt (the fifth, by default)."""
+        return attempt_count + 1 >= self.max_attempts
+
+
+# Work items and reconciliations: jittered, so failures of one burst do not retry in step.
+WORK_RETRIES = RetryPolicy(jitter_ratio=0.25)
 
 # Refresh results → the stable code stored on the work row.
 WORK_CODE_BY_REFRESH_CODE: Mapping[RefreshCode, ErrorCode] = {
@@ -32,15 +53,13 @@ def work_error_code(refresh_code: RefreshCode) -> ErrorCode:
 
 
 def retry_delay_seconds(attempt_count: int, rand: Callable[[], float] = random.random) -> int:
-    """``min(900, exp + floor(exp · 0.25 · r))`` with ``exp = min(900, 30 · 2^attempts)``."""
-    exponential = min(RETRY_MAX_SECONDS, RETRY_BASE_SECONDS * 2 ** min(attempt_count, 16))
-    jitter = math.floor(exponential * RETRY_JITTER_RATIO * rand())
-    return min(RETRY_MAX_SECONDS, exponential + jitter)
+    """The delay before a work item's next attempt (``WORK_RETRIES``)."""
+    return WORK_RETRIES.delay_seconds(attempt_count, rand)
 
 
 def is_terminal(work_code: ErrorCode, attempt_count: int) -> bool:
-    """Fail for good on a resource limit, or when this failure is the fifth attempt."""
-    return work_code == ErrorCode.RESOURCE_LIMIT or attempt_count + 1 >= MAX_ATTEMPTS
+    """Fail for good on a resource limit, or when this failure is the last attempt."""
+    return work_code == ErrorCode.RESOURCE_LIMIT or WORK_RETRIES.is_last(attempt_count)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Argument checks of the work repository, ported from the seed; pure and raised before I/O.
+"""Argument checks of the work repository, as emdash makes them; pure and raised before I/O.
 
 Everything reaching the repository may come from a Celery message, the CLI or a cursor, so
 types are checked as strictly as values: ``True`` is not a version and ``1.0`` is not a limit.

@@ -64,6 +64,29 @@ class DeletionOutcome(StrEnum):
     ALREADY_DELETED = "already_deleted"
 
 
+class ReconciliationAction(StrEnum):
+    """What one reconciliation step did (the reconcile tick's report counts them)."""
+
+    STARTED = "started"  # a run began: new epoch, scan range fixed
+    RESTARTED = "restarted"  # the collection changed under the run: it began again
+    DEFERRED = "deferred"  # the collection is being written or deleted: tried again shortly
+    ENQUEUED = "enqueued"  # a page of ids became work at the run's epoch
+    AHEAD = "ahead"  # enough work queued ahead of the workers: the drain wakes it
+    WAITING = "waiting"  # the run's work has not drained yet
+    SOURCES = "sources"  # the scan is done: on to entries whose content is gone
+    COMPLETED = "completed"  # coverage is complete
+    FAILED = "failed"  # the step failed (retried), or an entry failed the run
+    RULES_CHANGED = "rules_changed"  # indexed under other rules: reconciled again
+
+
+class DeletionStepEnd(StrEnum):
+    """How one step of a deletion ended when it left no tombstone to go on with."""
+
+    FINISHED = "finished"  # the tombstone is gone: nothing of the collection is left
+    HAS_CONTENT = "has_content"  # live entries remain, not forced: the deletion was withdrawn
+    LEASE_LOST = "lease_lost"  # another worker holds the deletion now; this step changed nothing
+
+
 class CaptureState(StrEnum):
     """``_emdash_index_status.capture_state`` (NULL before activation)."""
 

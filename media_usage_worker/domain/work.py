@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, fields
+from typing import TypeVar
 
 from media_usage_worker.domain import validation as check
 from media_usage_worker.domain.errors import InvalidArgument
 from media_usage_worker.domain.vocabulary import RetryOutcome, WorkState
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -91,7 +94,7 @@ class OperatorRetryResult:
 
 
 def due_order(record: WorkRecord) -> tuple[str, str, str, str]:
-    """The seed's eligibility order: due time, then updated_at, collection id, content id."""
+    """emdash's eligibility order: due time, then updated_at, collection id, content id."""
     return (record.due_at, record.updated_at, record.collection_id, record.content_id)
 
 
@@ -124,3 +127,12 @@ def checked_items(raw: Sequence[Sequence[object]]) -> list[Item]:
         collection_id, content_id = check.identity(one[0], one[1])
         items[Item(collection_id, content_id, check.work_version(one[2]))] = None
     return list(items)
+
+
+def grouped(items: Iterable[T], key: Callable[[T], str]) -> list[list[T]]:
+    """``items`` grouped by ``key`` (a collection id, a slug), groups in first-seen order and
+    items in their order: what one claim, one read or one message may share."""
+    groups: dict[str, list[T]] = {}
+    for item in items:
+        groups.setdefault(key(item), []).append(item)
+    return list(groups.values())

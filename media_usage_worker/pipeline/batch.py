@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from media_usage_worker.domain import policy
 from media_usage_worker.domain.snapshots import ContentEntry
 from media_usage_worker.domain.vocabulary import ErrorCode, Outcome, RefreshCode
-from media_usage_worker.domain.work import Item, Lease, WorkRecord
+from media_usage_worker.domain.work import Item, Lease, WorkRecord, grouped
 from media_usage_worker.pipeline.lease_keeper import keeper
 from media_usage_worker.pipeline.refresh import (
     columns_to_read,
@@ -103,12 +103,12 @@ class BatchRun:
         results: list[ProcessResult] = []
         # One connection for the whole batch: one checkout and one pre-ping.
         with self.engine.connect() as conn:
-            for collection_id, group in _by_collection(items).items():
+            for group in grouped(items, lambda item: item.collection_id):
                 if self._interrupted:
                     # Not claimed, so still due: a later tick sends these items again.
                     results += [_lost(i) for i in group]
                 else:
-                    results += self._collection(conn, collection_id, group)
+                    results += self._collection(conn, group[0].collection_id, group)
         if self._woke_reconciliation and self.on_drained is not None and not self._interrupted:
             try:
                 self.on_drained()
@@ -128,10 +128,7 @@ class BatchRun:
         taken = {(r.content_id, r.work_version) for r in claimed}
         results = [_lost(i) for i in items if (i.content_id, i.work_version) not in taken]
         # Rows of one collection may carry different slugs (captured before a rename).
-        by_slug: dict[str, list[WorkRecord]] = {}
-        for record in claimed:
-            by_slug.setdefault(record.collection_slug, []).append(record)
-        for records in by_slug.values():
+        for records in grouped(claimed, lambda record: record.collection_slug):
             if self._interrupted:
                 # Claimed before the interrupt: each goes back with the time-limit code.
                 engine_repo = MediaUsageWorkRepository(self.engine)
@@ -162,7 +159,7 @@ class BatchRun:
         if any(r.outcome == Outcome.COMPLETED for r in results):
             # Noted once, after the completions committed: were both in one transaction, the
             # last two completions of a collection could each see the other's row and neither
-            # restore ``complete`` (the chaos test found this).
+            # restore ``complete``.
             coverage.record_incremental_success(conn, first.collection_id, first.collection_slug)
             if self.on_drained is not None:
                 self._wake(conn, first.collection_id)
@@ -357,13 +354,6 @@ class BatchRun:
             max_seconds=self.heartbeat.max_seconds,
             versions=tuple((r.content_id, r.work_version) for r in records),
         )
-
-
-def _by_collection(items: Sequence[Item]) -> dict[str, list[Item]]:
-    groups: dict[str, list[Item]] = {}
-    for item in items:
-        groups.setdefault(item.collection_id, []).append(item)
-    return groups
 
 
 def _lost(item: Item) -> ProcessResult:

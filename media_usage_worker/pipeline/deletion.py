@@ -1,4 +1,4 @@
-"""Deleting a collection (docs/design.md, "Deleting a collection"; emdash facts §14).
+"""Deleting a collection (docs/design.md, "Deleting a collection").
 
 ``delete_collection`` writes the tombstone and runs the front phases in the call: ``fence``
 (content writes now fail), ``registry``, ``table``. The back phases (``work``, ``sources``,
@@ -16,13 +16,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from media_usage_worker.domain import deletion as rules
+from media_usage_worker.domain import deletion as deletion_policy
 from media_usage_worker.domain.content_model import validate_collection_slug
 from media_usage_worker.domain.errors import CollectionNotFound
-from media_usage_worker.domain.vocabulary import DeletionOutcome, DeletionPhase, DeletionState
+from media_usage_worker.domain.vocabulary import (
+    DeletionOutcome,
+    DeletionPhase,
+    DeletionState,
+    DeletionStepEnd,
+)
 from media_usage_worker.repository import deletions
 from media_usage_worker.repository.collections import CollectionRegistry
-from media_usage_worker.repository.deletions import Tombstone
+from media_usage_worker.repository.deletions import Step, Tombstone
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
@@ -40,7 +45,11 @@ class DeletionResult:
 
 
 def delete_collection(
-    engine: Engine, slug: str, *, force: bool = False, lease_seconds: int = rules.LEASE_SECONDS
+    engine: Engine,
+    slug: str,
+    *,
+    force: bool = False,
+    lease_seconds: int = deletion_policy.LEASE_SECONDS,
 ) -> DeletionResult:
     """Delete the collection ``slug``: ``deleted`` once its content is gone (the rest follows
     as work), ``has_content`` when live entries remain and ``force`` is not set (nothing
@@ -50,7 +59,7 @@ def delete_collection(
     or ``DeletionConflict`` for a deletion already under way with the other ``force``."""
     validate_collection_slug(slug)
     tombstone = deletions.find(engine, slug=slug)
-    if tombstone is not None and not rules.is_front(tombstone.phase):
+    if tombstone is not None and not deletion_policy.is_front(tombstone.phase):
         return DeletionResult(
             slug, DeletionOutcome.ALREADY_DELETED, tombstone.phase, tombstone.state
         )
@@ -61,22 +70,22 @@ def delete_collection(
         tombstone = deletions.create(engine, collection.id, slug, force)
     else:
         tombstone = deletions.create(engine, tombstone.collection_id, slug, force)
-    for _ in rules.FRONT_PHASES:
+    for _ in deletion_policy.FRONT_PHASES:
         current = deletions.find(engine, collection_id=tombstone.collection_id)
         if current is None:  # removed: a has_content answer, or (later) finished
             gone = CollectionRegistry(engine).get(slug) is None
             return DeletionResult(
                 slug, DeletionOutcome.DELETED if gone else DeletionOutcome.HAS_CONTENT
             )
-        if not rules.is_front(current.phase):
+        if not deletion_policy.is_front(current.phase):
             return DeletionResult(slug, DeletionOutcome.DELETED, current.phase, current.state)
         held = deletions.claim(engine, current.collection_id, lease_seconds)
         if held is None:
             return DeletionResult(slug, DeletionOutcome.IN_PROGRESS, current.phase, current.state)
         step = run_step(engine, held)
-        if step is False:
+        if step == DeletionStepEnd.HAS_CONTENT:
             return DeletionResult(slug, DeletionOutcome.HAS_CONTENT)
-        if step is None or step is True:  # lost the lease; or (not a front phase) finished
+        if isinstance(step, DeletionStepEnd):  # lost the lease; or (not a front phase) finished
             return DeletionResult(slug, DeletionOutcome.IN_PROGRESS, current.phase, current.state)
         deletions.release(engine, step)
     final = deletions.find(engine, collection_id=tombstone.collection_id)
@@ -88,13 +97,11 @@ def delete_collection(
     )
 
 
-def run_step(
-    engine: Engine, held: Tombstone, batch_size: int = rules.BATCH_SIZE
-) -> Tombstone | bool | None:
-    """One step of the held deletion's current phase. Returns the tombstone as the step left
-    it; ``True`` when the deletion is finished, ``False`` for ``has_content``, ``None`` when
-    the lease was lost. A step that raises is recorded (retry or failed) and re-raised."""
-    steps: dict[DeletionPhase, Callable[[], Tombstone | bool | None]] = {
+def run_step(engine: Engine, held: Tombstone, batch_size: int = deletion_policy.BATCH_SIZE) -> Step:
+    """One step of the held deletion's current phase: the tombstone as the step left it, or
+    how the deletion ended (``DeletionStepEnd``). A step that raises is recorded (retry or
+    failed) and re-raised."""
+    steps: dict[DeletionPhase, Callable[[], Step]] = {
         DeletionPhase.FENCE: lambda: deletions.fence(engine, held),
         DeletionPhase.REGISTRY: lambda: deletions.drop_registry(engine, held),
         DeletionPhase.TABLE: lambda: deletions.drop_table(engine, held),
@@ -129,8 +136,8 @@ class DeletionProcessor:
         self,
         engine: Engine,
         *,
-        lease_seconds: int = rules.LEASE_SECONDS,
-        batch_size: int = rules.BATCH_SIZE,
+        lease_seconds: int = deletion_policy.LEASE_SECONDS,
+        batch_size: int = deletion_policy.BATCH_SIZE,
         budget_seconds: float = 5.0,
         candidates: int = 4,
     ) -> None:
@@ -161,10 +168,10 @@ class DeletionProcessor:
             except Exception:
                 return DeletionReport(current.collection_slug, steps, current.phase, False)
             steps += 1
-            if step is True or step is False:
-                return DeletionReport(current.collection_slug, steps, None, True)
-            if step is None:  # the lease is gone: another worker took over
+            if step == DeletionStepEnd.LEASE_LOST:  # another worker took over
                 return DeletionReport(current.collection_slug, steps, current.phase, False)
+            if isinstance(step, DeletionStepEnd):  # finished, or withdrawn (has content)
+                return DeletionReport(current.collection_slug, steps, None, True)
             current = step
             if time.monotonic() >= deadline:
                 deletions.release(self.engine, current)

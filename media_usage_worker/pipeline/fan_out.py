@@ -1,15 +1,23 @@
-"""The tick's fan-out: read due work page by page and hand each page to the sender."""
+"""The tick: read due work page by page, hand each page to the sender, and report."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
 
+from media_usage_worker.domain.timestamps import seconds_between
 from media_usage_worker.domain.validation import split_usable
 from media_usage_worker.domain.vocabulary import DUE_STATES, ErrorCode, Outcome
 from media_usage_worker.domain.work import WorkRecord
 from media_usage_worker.repository import coverage
+from media_usage_worker.repository.activation import is_activation_active
+from media_usage_worker.repository.db import read_transaction
 from media_usage_worker.repository.work import MediaUsageWorkRepository
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
 
 DUE_PAGE = 100
 
@@ -19,6 +27,65 @@ class FanOut:
     seen: int  # due items read
     sent: int  # messages sent (items already in flight are not sent again)
     unusable: int  # items settled without a message (unusable content ids)
+
+
+@dataclass(frozen=True)
+class TickReport:
+    """What one tick did: the task's result and its Flower event."""
+
+    active: bool  # capture is active (else nothing is read or sent)
+    due_seen: int = 0
+    dispatched: int = 0
+    unusable_settled: int = 0
+    queued_before: int | None = None  # messages waiting when the tick began (None: unknown)
+    budget_exhausted: bool = False  # the tick read its whole budget: more may be due
+    coverage_restored: tuple[str, ...] = ()  # slugs whose lost coverage note was restored
+    oldest_due_age_seconds: float = 0.0
+    duration_ms: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        if not self.active:
+            return {"active": False, "dispatched": 0}
+        shown = asdict(self)
+        shown["coverage_restored"] = list(self.coverage_restored)
+        return shown
+
+
+def run_tick(
+    engine: Engine,
+    *,
+    queued: Callable[[], int | None],
+    budget: int,
+    max_queued: int,
+    batch_size: int,
+    send: Callable[[list[WorkRecord]], Sequence[object]],
+) -> TickReport:
+    """One tick: while capture is active, read due work up to the budget the queue's depth
+    allows (``due_read_budget``) and ``send`` it, then restore coverage a killed worker left
+    stale (nothing else runs for a collection whose work is all done)."""
+    started = time.monotonic()
+    with read_transaction(engine) as conn:
+        if not is_activation_active(conn):
+            return TickReport(active=False)
+    repo = MediaUsageWorkRepository(engine)
+    queued_before = queued()
+    read_budget = due_read_budget(
+        queued_before, budget=budget, max_queued=max_queued, batch_size=batch_size
+    )
+    fanned = fan_out_due_work(repo, read_budget, send)
+    now, oldest = repo.oldest_due()
+    restored = coverage.restore_settled_coverage(engine)
+    return TickReport(
+        active=True,
+        due_seen=fanned.seen,
+        dispatched=fanned.sent,
+        unusable_settled=fanned.unusable,
+        queued_before=queued_before,
+        budget_exhausted=read_budget > 0 and fanned.seen >= read_budget,
+        coverage_restored=tuple(restored),
+        oldest_due_age_seconds=round(seconds_between(oldest, now), 3) if oldest else 0.0,
+        duration_ms=round((time.monotonic() - started) * 1000, 1),
+    )
 
 
 def due_read_budget(

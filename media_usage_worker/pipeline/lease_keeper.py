@@ -39,8 +39,8 @@ class HeldLease:
     every_seconds: float
     deadline: float
     next_renewal: float
-    # A batch lease: every (content id, version) of ``claimed``'s collection under its token,
-    # renewed by one statement.
+    # Every (content id, version) of ``claimed``'s collection under its token (a batch's, or
+    # ``claimed``'s own), renewed by one statement.
     versions: tuple[tuple[str, int], ...] = ()
     renewals: int = 0
     lost: threading.Event = field(default_factory=threading.Event)
@@ -75,7 +75,7 @@ class LeaseKeeper:
         now = time.monotonic()
         held = HeldLease(
             repo, claimed, lease_seconds, every_seconds, now + max_seconds, now + every_seconds,
-            versions=versions,
+            versions=versions or ((claimed.content_id, claimed.work_version),),
         )  # fmt: skip
         key = next(self._ids)
         with self._wake:
@@ -128,23 +128,13 @@ class LeaseKeeper:
             return False  # a record without a token holds no lease to renew
         held.next_renewal = time.monotonic() + held.every_seconds
         try:
-            if held.versions:
-                kept = held.repo.extend_batch_lease(
-                    claimed.collection_id, claimed.lease_token, held.versions, held.lease_seconds
-                )
-                expiry = "renewed" if kept else None
-            else:
-                expiry = held.repo.extend_lease(
-                    collection_id=claimed.collection_id,
-                    content_id=claimed.content_id,
-                    work_version=claimed.work_version,
-                    lease_token=claimed.lease_token,
-                    lease_duration_seconds=held.lease_seconds,
-                )
+            kept = held.repo.extend_batch_lease(
+                claimed.collection_id, claimed.lease_token, held.versions, held.lease_seconds
+            )
         except Exception:  # a database blip: try again next beat, the lease still runs
             log.warning("lease renewal failed for %s", claimed.content_id, exc_info=True)
             return True
-        if expiry is None:
+        if not kept:
             held.lost.set()
             return False
         held.renewals += 1

@@ -20,7 +20,12 @@ from typing import TYPE_CHECKING
 from media_usage_worker.domain import policy
 from media_usage_worker.domain.snapshots import field_fingerprint
 from media_usage_worker.domain.validation import split_usable
-from media_usage_worker.domain.vocabulary import ErrorCode, ReconciliationPhase, WorkState
+from media_usage_worker.domain.vocabulary import (
+    ErrorCode,
+    WorkState,
+)
+from media_usage_worker.domain.vocabulary import ReconciliationAction as Action
+from media_usage_worker.domain.vocabulary import ReconciliationPhase as Phase
 from media_usage_worker.repository import reconciliations as store
 from media_usage_worker.repository import statistics
 from media_usage_worker.repository.reconciliations import Coordinator
@@ -47,10 +52,8 @@ CANDIDATES_PER_ROUND = 4
 @dataclass(frozen=True)
 class StepReport:
     collection_slug: str
-    phase: ReconciliationPhase
-    # started, enqueued, ahead, waiting, sources, completed, restarted, failed, deferred,
-    # rules_changed
-    action: str
+    phase: Phase
+    action: Action
     enqueued: int = 0
 
 
@@ -69,7 +72,7 @@ class Reconciler:
             return []
         # Indexed under other extraction rules: no longer complete, reconciled like the rest.
         reports = [
-            StepReport(slug, ReconciliationPhase.SCAN, "rules_changed")
+            StepReport(slug, Phase.SCAN, Action.RULES_CHANGED)
             for slug in mark_rules_changed(self.engine)
         ]
         store.reopen_failed_after_new_writes(self.engine)
@@ -88,9 +91,13 @@ class Reconciler:
                     log.exception("reconciliation step for %s failed", coordinator.collection_slug)
                     self._fail(coordinator, ErrorCode.RECONCILIATION_FAILED)
                     reports.append(
-                        StepReport(coordinator.collection_slug, coordinator.phase, "failed")
+                        StepReport(
+                            coordinator.collection_slug,
+                            coordinator.phase,
+                            Action.FAILED,
+                        )
                     )
-        if any(r.action == "completed" for r in reports):
+        if any(r.action == Action.COMPLETED for r in reports):
             statistics.refresh(self.engine)  # a backfill just ended: the tables grew
         else:
             statistics.refresh_if_grown(self.engine)
@@ -104,7 +111,7 @@ class Reconciler:
         fields = store.current_fields(self.engine, c.collection_id)
         if field_fingerprint(fields) != c.field_fingerprint:
             return self._start(c, restarted=True)
-        if c.phase == ReconciliationPhase.SCAN:
+        if c.phase == Phase.SCAN:
             return self._scan(c)
         return self._sources(c)
 
@@ -113,18 +120,20 @@ class Reconciler:
         run = store.start_run(self.engine, c)
         if run is None:
             store.release(self.engine, c, self.defer_seconds)
-            return StepReport(c.collection_slug, c.phase, "deferred")
+            return StepReport(c.collection_slug, c.phase, Action.DEFERRED)
         store.release(
             self.engine, c, 0, target_epoch=run.epoch,
-            field_fingerprint=field_fingerprint(run.fields), phase=ReconciliationPhase.SCAN,
+            field_fingerprint=field_fingerprint(run.fields), phase=Phase.SCAN,
             scan_cursor=None, scan_upper_id=run.scan_upper_id, source_cursor=None,
             source_upper_key=None,
         )  # fmt: skip
         return StepReport(
-            c.collection_slug, ReconciliationPhase.SCAN, "restarted" if restarted else "started"
+            c.collection_slug,
+            Phase.SCAN,
+            Action.RESTARTED if restarted else Action.STARTED,
         )
 
-    def _enqueue(self, c: Coordinator, phase: ReconciliationPhase, ids: list[str]) -> None:
+    def _enqueue(self, c: Coordinator, phase: Phase, ids: list[str]) -> None:
         assert c.lease_token is not None and c.target_epoch is not None
         self.work.enqueue_reconciliation_page(
             collection_id=c.collection_id, collection_slug=c.collection_slug,
@@ -136,12 +145,12 @@ class Reconciler:
         if store.work_backlog(self.engine, c.collection_id, SCAN_AHEAD) >= SCAN_AHEAD:
             # Enough queued: the drain wakes this run (or the next tick finds it due).
             store.release(self.engine, c, self.defer_seconds)
-            return StepReport(c.collection_slug, ReconciliationPhase.SCAN, "ahead")
+            return StepReport(c.collection_slug, Phase.SCAN, Action.AHEAD)
         ids = store.scan_page(self.engine, c, STEP)
         if ids:
             usable, unusable = split_usable(ids, lambda content_id: content_id)
             for start in range(0, len(usable), PAGE):
-                self._enqueue(c, ReconciliationPhase.SCAN, usable[start : start + PAGE])
+                self._enqueue(c, Phase.SCAN, usable[start : start + PAGE])
             assert c.target_epoch is not None
             for content_id in unusable:
                 self.work.record_unusable_content(
@@ -149,15 +158,15 @@ class Reconciler:
                     content_id=content_id, change_epoch=c.target_epoch,
                 )  # fmt: skip
             store.release(self.engine, c, 0, scan_cursor=ids[-1])
-            return StepReport(c.collection_slug, ReconciliationPhase.SCAN, "enqueued", len(ids))
+            return StepReport(c.collection_slug, Phase.SCAN, Action.ENQUEUED, len(ids))
         barrier = self._work_barrier(c)
         if barrier is not None:
             return barrier
         store.release(
-            self.engine, c, 0, phase=ReconciliationPhase.SOURCES, source_cursor=None,
+            self.engine, c, 0, phase=Phase.SOURCES, source_cursor=None,
             source_upper_key=store.source_upper_key(self.engine, c),
         )  # fmt: skip
-        return StepReport(c.collection_slug, ReconciliationPhase.SOURCES, "sources")
+        return StepReport(c.collection_slug, Phase.SOURCES, Action.SOURCES)
 
     def _sources(self, c: Coordinator) -> StepReport:
         keys = store.source_page(self.engine, c, STEP)
@@ -166,14 +175,19 @@ class Reconciler:
             present = store.present_content_ids(self.engine, c.collection_slug, candidates)
             gone = [content_id for content_id in candidates if content_id not in present]
             for start in range(0, len(gone), PAGE):
-                self._enqueue(c, ReconciliationPhase.SOURCES, gone[start : start + PAGE])
+                self._enqueue(c, Phase.SOURCES, gone[start : start + PAGE])
             store.release(self.engine, c, 0, source_cursor=keys[-1][0])
-            return StepReport(c.collection_slug, ReconciliationPhase.SOURCES, "enqueued", len(gone))
+            return StepReport(
+                c.collection_slug,
+                Phase.SOURCES,
+                Action.ENQUEUED,
+                len(gone),
+            )
         barrier = self._work_barrier(c)
         if barrier is not None:
             return barrier
         if store.finalize(self.engine, c):
-            return StepReport(c.collection_slug, ReconciliationPhase.SOURCES, "completed")
+            return StepReport(c.collection_slug, Phase.SOURCES, Action.COMPLETED)
         return self._start(c, restarted=True)
 
     def _work_barrier(self, c: Coordinator) -> StepReport | None:
@@ -185,10 +199,10 @@ class Reconciler:
         states = store.work_states(self.engine, c.collection_id)
         if states - {WorkState.FAILED}:
             store.release(self.engine, c, self.defer_seconds)
-            return StepReport(c.collection_slug, c.phase, "waiting")
+            return StepReport(c.collection_slug, c.phase, Action.WAITING)
         if states:
             self._fail(c, ErrorCode.RECONCILIATION_ENTRY_FAILED, terminal=True)
-            return StepReport(c.collection_slug, c.phase, "failed")
+            return StepReport(c.collection_slug, c.phase, Action.FAILED)
         return None
 
     def _fail(self, c: Coordinator, code: ErrorCode, *, terminal: bool = False) -> None:

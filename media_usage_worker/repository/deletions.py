@@ -1,4 +1,4 @@
-"""Collection deletion tombstones and the statements of each phase (emdash facts §14).
+"""Collection deletion tombstones and the statements of each phase (as emdash 0.34 deletes one).
 
 A tombstone row stands for one collection being deleted. It is claimed with a lease, phase by
 phase; every write of a phase is one transaction that first moves the held tombstone on (its
@@ -14,20 +14,21 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from media_usage_worker.domain import deletion as rules
+from media_usage_worker.domain import deletion as deletion_policy
 from media_usage_worker.domain.cursor import decode_cursor, deletion_scope, encode_cursor
 from media_usage_worker.domain.errors import DeletionConflict
 from media_usage_worker.domain.vocabulary import (
     CaptureState,
     DeletionPhase,
     DeletionState,
+    DeletionStepEnd,
     ErrorCode,
 )
 from media_usage_worker.repository.clock import db_now, is_live_by_text
 from media_usage_worker.repository.content_tables import content_table_name
 from media_usage_worker.repository.db import Bind, read_transaction, transaction
-from media_usage_worker.repository.ids import new_ulid
-from media_usage_worker.repository.predicates import due_or_expired, status_row
+from media_usage_worker.repository.leases import LeasedRows, unleased
+from media_usage_worker.repository.predicates import status_row
 from media_usage_worker.repository.schema import (
     collection_deletions,
     collections,
@@ -46,6 +47,7 @@ from media_usage_worker.repository.schema import (
 from media_usage_worker.repository.upsert import insert_factory_for
 
 _d = collection_deletions.c
+_LEASES = LeasedRows(collection_deletions, DeletionState.LEASED)
 _w = work.c
 _s = sources.c
 _o = occurrences.c
@@ -132,30 +134,12 @@ def _insert(conn: sa.Connection) -> Any:
 
 
 def due_ids(bind: Bind, limit: int) -> list[str]:
-    query = (
-        sa.select(_d.collection_id)
-        .where(due_or_expired(collection_deletions))
-        .order_by(_d.next_attempt_at, _d.updated_at, _d.collection_id)
-        .limit(limit)
-    )
-    with read_transaction(bind) as conn:
-        return list(conn.execute(query).scalars())
+    return _LEASES.due_ids(bind, limit)
 
 
 def claim(bind: Bind, collection_id: str, lease_seconds: int) -> Tombstone | None:
     """Lease the tombstone if it is (still) due or its holder's lease expired."""
-    with transaction(bind) as conn:
-        row = conn.execute(
-            collection_deletions.update()
-            .where(_d.collection_id == collection_id, due_or_expired(collection_deletions))
-            .values(
-                state=DeletionState.LEASED,
-                lease_token=new_ulid(),
-                lease_expires_at=db_now(lease_seconds),
-                updated_at=db_now(),
-            )
-            .returning(*collection_deletions.c)
-        ).first()
+    row = _LEASES.claim(bind, collection_id, lease_seconds)
     return None if row is None else Tombstone.from_row(row)
 
 
@@ -163,22 +147,12 @@ def claim(bind: Bind, collection_id: str, lease_seconds: int) -> Tombstone | Non
 
 
 def _held(t: Tombstone) -> list[sa.ColumnElement[bool]]:
-    return [
-        _d.collection_id == t.collection_id,
-        _d.lease_token == t.lease_token,
-        _d.state == DeletionState.LEASED,
-        is_live_by_text(_d.lease_expires_at),
-    ]
+    return _LEASES.held(t.collection_id, t.lease_token)
 
 
 def _move_held(conn: sa.Connection, t: Tombstone, **values: Any) -> Tombstone | None:
     """Move the held tombstone on (one guarded statement; also the transaction's lock on it)."""
-    row = conn.execute(
-        collection_deletions.update()
-        .where(*_held(t))
-        .values(**values, updated_at=db_now())
-        .returning(*collection_deletions.c)
-    ).first()
+    row = _LEASES.move_held(conn, t.collection_id, t.lease_token, **values)
     return None if row is None else Tombstone.from_row(row)
 
 
@@ -190,25 +164,29 @@ def _checkpoint(conn: sa.Connection, t: Tombstone, phase: DeletionPhase) -> Tomb
     )  # fmt: skip
 
 
+# What a step returns: the tombstone to go on with, or how the deletion's steps ended.
+Step = Tombstone | DeletionStepEnd
+
+
+def _step(moved: Tombstone | None) -> Step:
+    return DeletionStepEnd.LEASE_LOST if moved is None else moved
+
+
 def release(bind: Bind, t: Tombstone, delay: int = 0) -> bool:
     """Give the lease back; due again in ``delay`` seconds."""
     with transaction(bind) as conn:
-        return _move_held(
-            conn, t, state=DeletionState.PENDING, lease_token=None, lease_expires_at=None,
-            next_attempt_at=db_now(delay),
-        ) is not None  # fmt: skip
+        return _move_held(conn, t, **unleased(DeletionState.PENDING, delay)) is not None
 
 
 def record_failure(bind: Bind, t: Tombstone) -> DeletionState | None:
     """A step failed: retried after ``min(900, 30·2^attempt)`` s, failed for good at the fifth
     attempt. ``None`` when the lease was already lost."""
-    terminal = rules.is_terminal(t.attempt_count)
+    terminal = deletion_policy.is_terminal(t.attempt_count)
     state = DeletionState.FAILED if terminal else DeletionState.RETRY
-    delay = rules.retry_delay_seconds(t.attempt_count)
+    delay = deletion_policy.retry_delay_seconds(t.attempt_count)
     with transaction(bind) as conn:
         moved = _move_held(
-            conn, t, state=state, attempt_count=_d.attempt_count + 1, lease_token=None,
-            lease_expires_at=None, next_attempt_at=db_now(delay),
+            conn, t, **unleased(state, delay), attempt_count=_d.attempt_count + 1,
             last_error_code=ErrorCode.COLLECTION_DELETION_FAILED,
         )  # fmt: skip
     return None if moved is None else state
@@ -221,15 +199,15 @@ def _quoted_table(conn: sa.Connection, slug: str) -> str:
     return conn.dialect.identifier_preparer.quote(content_table_name(slug))
 
 
-def fence(bind: Bind, t: Tombstone) -> Tombstone | bool | None:
+def fence(bind: Bind, t: Tombstone) -> Step:
     """Stop content writes: capture ``deleting`` (the triggers then refuse every write).
 
-    Returns the tombstone at ``registry``; ``False`` when live entries remain and the deletion
-    is not forced (the tombstone is removed, nothing else changed); ``None`` if the lease was lost.
+    Returns the tombstone at ``registry``; ``has_content`` when live entries remain and the
+    deletion is not forced (the tombstone is removed, nothing else changed).
     """
     with transaction(bind) as conn:
         if _move_held(conn, t) is None:
-            return None
+            return DeletionStepEnd.LEASE_LOST
         table = content_table_name(t.collection_slug)
         exists = sa.inspect(conn).has_table(table)
         if exists and conn.dialect.name == "postgresql":
@@ -244,21 +222,21 @@ def fence(bind: Bind, t: Tombstone) -> Tombstone | bool | None:
             ).first()
             if live is not None:
                 conn.execute(collection_deletions.delete().where(*_held(t)))
-                return False
+                return DeletionStepEnd.HAS_CONTENT
         conn.execute(
             index_status.update()
             .where(*status_row(t.collection_id, t.collection_slug))
             .values(capture_state=CaptureState.DELETING, updated_at=db_now())
         )
-        return _checkpoint(conn, t, DeletionPhase.REGISTRY)
+        return _step(_checkpoint(conn, t, DeletionPhase.REGISTRY))
 
 
-def drop_registry(bind: Bind, t: Tombstone) -> Tombstone | None:
+def drop_registry(bind: Bind, t: Tombstone) -> Step:
     """The collection leaves the registry, with its fields and declared rules."""
     with transaction(bind) as conn:
         moved = _checkpoint(conn, t, DeletionPhase.TABLE)
         if moved is None:
-            return None
+            return DeletionStepEnd.LEASE_LOST
         # The registry row first: a rules change holding it (FOR SHARE, repository.rules)
         # commits its rules rows before this step removes them, instead of deadlocking on them.
         conn.execute(
@@ -273,23 +251,23 @@ def drop_registry(bind: Bind, t: Tombstone) -> Tombstone | None:
                 collections.c.id == t.collection_id, collections.c.slug == t.collection_slug
             )
         )
-        return moved
+        return _step(moved)
 
 
-def drop_table(bind: Bind, t: Tombstone) -> Tombstone | None:
+def drop_table(bind: Bind, t: Tombstone) -> Step:
     """``DROP TABLE ec_<slug>``: the content and its capture triggers go with it."""
     with transaction(bind) as conn:
         moved = _checkpoint(conn, t, DeletionPhase.WORK)
         if moved is None:
-            return None
+            return DeletionStepEnd.LEASE_LOST
         conn.exec_driver_sql(f"DROP TABLE IF EXISTS {_quoted_table(conn, t.collection_slug)}")
-        return moved
+        return _step(moved)
 
 
 # --- back phases: one batch each -----------------------------------------------------------
 
 
-def delete_work_batch(bind: Bind, t: Tombstone, limit: int) -> Tombstone | None:
+def delete_work_batch(bind: Bind, t: Tombstone, limit: int) -> Step:
     """Up to ``limit`` work rows, by content id after the cursor; at the end, ``sources``."""
     with transaction(bind) as conn:
         ids = list(
@@ -302,13 +280,13 @@ def delete_work_batch(bind: Bind, t: Tombstone, limit: int) -> Tombstone | None:
             ).scalars()
         )  # fmt: skip
         if not ids:
-            return _checkpoint(conn, t, DeletionPhase.SOURCES)
+            return _step(_checkpoint(conn, t, DeletionPhase.SOURCES))
         moved = _move_held(conn, t, work_cursor=ids[-1])
         if moved is not None:
             conn.execute(
                 work.delete().where(_w.collection_id == t.collection_id, _w.content_id.in_(ids))
             )
-        return moved
+        return _step(moved)
 
 
 def _collection_sources(t: Tombstone) -> list[sa.ColumnElement[bool]]:
@@ -322,13 +300,13 @@ def _collection_sources(t: Tombstone) -> list[sa.ColumnElement[bool]]:
     ]
 
 
-def delete_sources_batch(bind: Bind, t: Tombstone, limit: int) -> Tombstone | None:
+def delete_sources_batch(bind: Bind, t: Tombstone, limit: int) -> Step:
     """Up to ``limit`` occurrences: every whole source that fits, in key order, or else a part
     of the first one (resumed after the cursor), whose row goes with its last occurrences.
     At the end, ``status``."""
     with transaction(bind) as conn:
         if t.source_key is not None:
-            return _drain_one_source(conn, t, t.source_key, limit)
+            return _step(_drain_one_source(conn, t, t.source_key, limit))
         keys = list(
             conn.execute(
                 sa.select(_s.source_key)
@@ -338,14 +316,14 @@ def delete_sources_batch(bind: Bind, t: Tombstone, limit: int) -> Tombstone | No
             ).scalars()
         )
         if not keys:
-            return _checkpoint(conn, t, DeletionPhase.STATUS)
+            return _step(_checkpoint(conn, t, DeletionPhase.STATUS))
         whole = _whole_sources(conn, keys, limit)
         if not whole:
-            return _drain_one_source(conn, t, keys[0], limit)
+            return _step(_drain_one_source(conn, t, keys[0], limit))
         moved = _move_held(conn, t)
         if moved is not None:
             _delete_sources(conn, whole)
-        return moved
+        return _step(moved)
 
 
 def _whole_sources(conn: sa.Connection, keys: list[str], limit: int) -> list[str]:
@@ -413,12 +391,12 @@ def _leftovers(conn: sa.Connection, t: Tombstone) -> bool:
     return bool(conn.execute(sa.select(sa.or_(work_left, sources_left))).scalar_one())
 
 
-def clear_status(bind: Bind, t: Tombstone) -> Tombstone | None:
+def clear_status(bind: Bind, t: Tombstone) -> Step:
     """Nothing of the collection left but its coverage: the reconciliation and status rows go.
     Anything a crashed step left behind sends the deletion back to ``work``."""
     with transaction(bind) as conn:
         if _leftovers(conn, t):
-            return _checkpoint(conn, t, DeletionPhase.WORK)
+            return _step(_checkpoint(conn, t, DeletionPhase.WORK))
         moved = _checkpoint(conn, t, DeletionPhase.FINALIZE)
         if moved is not None:
             conn.execute(
@@ -429,12 +407,12 @@ def clear_status(bind: Bind, t: Tombstone) -> Tombstone | None:
             )
             for table in (rules_state, reference_paths):
                 conn.execute(table.delete().where(table.c.collection_id == t.collection_id))
-        return moved
+        return _step(moved)
 
 
-def finalize(bind: Bind, t: Tombstone) -> bool | None:
-    """Everything is gone: the tombstone goes too (the slug is free again). ``False`` sends the
-    deletion back to the phase that has something left; ``None``: the lease was lost."""
+def finalize(bind: Bind, t: Tombstone) -> Step:
+    """Everything is gone: the tombstone goes too (the slug is free again). Something left
+    sends the deletion back to the phase that removes it (the tombstone there is returned)."""
     with transaction(bind) as conn:
         registered = conn.execute(sa.select(1).where(collections.c.id == t.collection_id)).first()
         table_left = sa.inspect(conn).has_table(content_table_name(t.collection_slug))
@@ -446,9 +424,9 @@ def finalize(bind: Bind, t: Tombstone) -> bool | None:
             else None
         )  # fmt: skip
         if back is not None:
-            return None if _checkpoint(conn, t, back) is None else False
+            return _step(_checkpoint(conn, t, back))
         gone = conn.execute(collection_deletions.delete().where(*_held(t))).rowcount
-        return True if gone else None
+        return DeletionStepEnd.FINISHED if gone else DeletionStepEnd.LEASE_LOST
 
 
 # --- operators -----------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from media_usage_worker.domain.content_model import FieldDefinition
+from media_usage_worker.domain.policy import LEASE_SECONDS
 from media_usage_worker.domain.vocabulary import (
     CaptureState,
     CoverageStatus,
@@ -24,15 +25,15 @@ from media_usage_worker.domain.vocabulary import (
     WorkState,
 )
 from media_usage_worker.repository.activation import is_activation_active
-from media_usage_worker.repository.clock import db_now, is_live_by_text
+from media_usage_worker.repository.clock import db_now
 from media_usage_worker.repository.collections import load_fields
 from media_usage_worker.repository.content_tables import content_columns
 from media_usage_worker.repository.db import Bind, transaction
 from media_usage_worker.repository.ids import new_ulid
+from media_usage_worker.repository.leases import LeasedRows, unleased
 from media_usage_worker.repository.predicates import (
     active_status_row,
     being_deleted,
-    due_or_expired,
     registered,
     status_row,
 )
@@ -46,8 +47,8 @@ from media_usage_worker.repository.schema import (
     work,
 )
 
-LEASE_SECONDS = 60
 _r = reconciliations.c
+_LEASES = LeasedRows(reconciliations, ReconciliationState.LEASED)
 _st = index_status.c
 _s = sources.c
 _w = work.c
@@ -104,12 +105,7 @@ def _owns_run(c: Coordinator) -> list[sa.ColumnElement[bool]]:
 
 
 def _held(c: Coordinator) -> list[sa.ColumnElement[bool]]:
-    return [
-        _r.collection_id == c.collection_id,
-        _r.lease_token == c.lease_token,
-        _r.state == ReconciliationState.LEASED,
-        is_live_by_text(_r.lease_expires_at),
-    ]
+    return _LEASES.held(c.collection_id, c.lease_token)
 
 
 def _content_sources(collection_id: str) -> list[sa.ColumnElement[bool]]:
@@ -233,31 +229,13 @@ def wake_if_drained(bind: Bind, collection_id: str) -> bool:
         return conn.execute(_WAKE, {"p_collection_id": collection_id}).first() is not None
 
 
-def due_collection_ids(engine: sa.Engine, limit: int) -> list[str]:
-    query = (
-        sa.select(_r.collection_id)
-        .where(due_or_expired(reconciliations))
-        .order_by(_r.next_attempt_at, _r.updated_at, _r.collection_id)
-        .limit(limit)
-    )
-    with transaction(engine) as conn:
-        return list(conn.execute(query).scalars())
+def due_collection_ids(bind: Bind, limit: int) -> list[str]:
+    return _LEASES.due_ids(bind, limit)
 
 
-def claim(engine: sa.Engine, collection_id: str) -> Coordinator | None:
+def claim(bind: Bind, collection_id: str) -> Coordinator | None:
     """Lease the coordinator if it is (still) due; ``None`` when another tick has it."""
-    with transaction(engine) as conn:
-        row = conn.execute(
-            reconciliations.update()
-            .where(_r.collection_id == collection_id, due_or_expired(reconciliations))
-            .values(
-                state=ReconciliationState.LEASED,
-                lease_token=new_ulid(),
-                lease_expires_at=db_now(LEASE_SECONDS),
-                updated_at=db_now(),
-            )
-            .returning(*reconciliations.c)
-        ).first()
+    row = _LEASES.claim(bind, collection_id, LEASE_SECONDS)
     return None if row is None else Coordinator.from_row(row)
 
 
@@ -265,32 +243,20 @@ def claim(engine: sa.Engine, collection_id: str) -> Coordinator | None:
 
 
 def _update_held(conn: sa.Connection, c: Coordinator, **values: Any) -> bool:
-    return (
-        conn.execute(
-            reconciliations.update()
-            .where(*_held(c))
-            .values(**values, updated_at=db_now())
-            .returning(_r.collection_id)
-        ).first()
-        is not None
-    )
+    return _LEASES.move_held(conn, c.collection_id, c.lease_token, **values) is not None
 
 
 def release(engine: sa.Engine, c: Coordinator, delay: int = 0, **progress: Any) -> bool:
     """Give the lease back, due again in ``delay`` seconds, with the step's progress."""
     with transaction(engine) as conn:
-        return _update_held(
-            conn, c, state=ReconciliationState.PENDING, lease_token=None, lease_expires_at=None,
-            next_attempt_at=db_now(delay), **progress,
-        )  # fmt: skip
+        return _update_held(conn, c, **unleased(ReconciliationState.PENDING, delay), **progress)
 
 
 def record_retry(engine: sa.Engine, c: Coordinator, code: ErrorCode, delay: int) -> None:
     with transaction(engine) as conn:
         _update_held(
-            conn, c, state=ReconciliationState.RETRY, attempt_count=_r.attempt_count + 1,
-            lease_token=None, lease_expires_at=None, next_attempt_at=db_now(delay),
-            last_error_code=code,
+            conn, c, **unleased(ReconciliationState.RETRY, delay),
+            attempt_count=_r.attempt_count + 1, last_error_code=code,
         )  # fmt: skip
 
 
@@ -302,8 +268,8 @@ def record_failed(engine: sa.Engine, c: Coordinator, code: ErrorCode) -> None:
     """
     with transaction(engine) as conn:
         if _update_held(
-            conn, c, state=ReconciliationState.FAILED, attempt_count=_r.attempt_count + 1,
-            lease_token=None, lease_expires_at=None, last_error_code=code,
+            conn, c, **unleased(ReconciliationState.FAILED, None),
+            attempt_count=_r.attempt_count + 1, last_error_code=code,
         ):  # fmt: skip
             _finish_failed_coverage(conn, c, code)
 

@@ -1,7 +1,7 @@
 """``MediaUsageWorkRepository``: the durable work table, a port of emdash 0.34.0's repository.
 
-The seed keeps every work-table statement in one repository; here each concern has its own
-module and this class joins them, so callers keep the seed's one object:
+emdash keeps every work-table statement in one repository object; here each concern has its
+own module and this class joins them, so callers keep that one object:
 
 - ``work_processing``: due selection, claim, complete, retry, fail, lease renewal;
 - ``work_operator``: the operator's listing and ``work retry``;
@@ -19,4 +19,4 @@ from media_usage_worker.repository.work_rescan import RescanWork
 
 
 class MediaUsageWorkRepository(ProcessingWork, BatchWork, OperatorWork, RescanWork):
-    """All SQL of the work table. Methods mirror the seed's, in snake_case with keywords."""
+    """All SQL of the work table. Methods mirror emdash's, in snake_case with keywords."""

@@ -1,7 +1,7 @@
 """What every part of the work repository shares: row mapping, fresh-row values, the base class.
 
 The work table is split by concern (``work_processing``, ``work_operator``, ``work_rescan``);
-``repository.work.MediaUsageWorkRepository`` joins the three into the seed's one repository.
+``repository.work.MediaUsageWorkRepository`` joins the three into one object, the public API.
 """
 
 from __future__ import annotations

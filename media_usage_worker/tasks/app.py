@@ -18,6 +18,7 @@ from celery.signals import beat_init, celeryd_init, worker_process_init
 
 from media_usage_worker.domain.errors import InvalidSetting, ItemsFailed
 from media_usage_worker.tasks import logs, settings  # noqa: F401  (logs: its signal handlers)
+from media_usage_worker.tasks.names import PREFIX, TaskName
 from media_usage_worker.tasks.settings import broker_folder, broker_url
 
 
@@ -77,7 +78,7 @@ app.conf.update(
     accept_content=["json"],
     result_accept_content=["json"],
     task_default_queue=_queue,
-    task_routes={"media_usage.*": {"queue": _queue}},
+    task_routes={f"{PREFIX}*": {"queue": _queue}},
     task_ignore_result=True,
     # Ack after the task ran, one message at a time: a killed worker's message is redelivered,
     # and the database lease (not the message) decides who may work on the item.
@@ -146,13 +147,13 @@ def task_options() -> dict[str, Any]:
     }
 
 
-def media_usage_task(name: str, *, bind: bool = False) -> Callable[[F], Any]:
+def media_usage_task(name: TaskName, *, bind: bool = False) -> Callable[[F], Any]:
     """The one decorator of this project's tasks: registers ``run`` on ``app`` under ``name``
     and remembers it, so ``binding.bind`` can give the same task to a host's app."""
 
     def register(run: F) -> Any:
-        TASKS.append(TaskSpec(name, run, bind))
-        return app.task(name=name, bind=bind, **task_options())(run)
+        TASKS.append(TaskSpec(name.value, run, bind))
+        return app.task(name=name.value, bind=bind, **task_options())(run)
 
     return register
 
@@ -160,7 +161,7 @@ def media_usage_task(name: str, *, bind: bool = False) -> Callable[[F], Any]:
 def _refuse_bad_settings(running: Celery) -> None:
     """Stop a worker or beat that runs this project's tasks (on this app or a host's it was
     bound onto) when a setting is bad: one line on stderr naming each, exit status 1."""
-    if "media_usage.tick" not in running.tasks:
+    if TaskName.TICK not in running.tasks:
         return  # a host's own worker or beat, which runs none of these tasks
     try:
         settings.check_all()

@@ -18,6 +18,7 @@ from celery import Celery
 from media_usage_worker.domain.errors import BindingConflict
 from media_usage_worker.tasks import deletion, reconcile, work  # noqa: F401  (fills TASKS)
 from media_usage_worker.tasks.app import TASKS, task_options
+from media_usage_worker.tasks.names import PREFIX
 from media_usage_worker.tasks.schedule import beat_schedule
 from media_usage_worker.tasks.settings import check_all, queue_name
 
@@ -38,7 +39,7 @@ def bind(host: Celery) -> list[str]:
     for spec in TASKS:
         if spec.name not in host.tasks:
             host.task(name=spec.name, bind=spec.bind, **options)(spec.run)
-    route = {"media_usage.*": {"queue": queue_name()}}
+    route = {f"{PREFIX}*": {"queue": queue_name()}}
     routes = _as_list(host.conf.task_routes)
     if route not in routes:
         host.conf.task_routes = [route, *routes]

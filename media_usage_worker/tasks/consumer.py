@@ -29,17 +29,18 @@ from media_usage_worker.domain.messages import (
     check_message,
     item_arguments,
 )
+from media_usage_worker.tasks.names import TaskName
 
 log = logging.getLogger("media_usage.messages")
 
 # The argument checks of this project's tasks, by task name.
 ARGUMENT_CHECKS: dict[str, ArgumentCheck] = {
-    "media_usage.tick": NO_ARGUMENTS,
-    "media_usage.reconcile_tick": NO_ARGUMENTS,
-    "media_usage.deletion_tick": NO_ARGUMENTS,
-    "media_usage.process_work": item_arguments(),
-    "media_usage.process_batch": batch_arguments(),
-    "media_usage.after_write": after_write_arguments(),
+    TaskName.TICK: NO_ARGUMENTS,
+    TaskName.RECONCILE_TICK: NO_ARGUMENTS,
+    TaskName.DELETION_TICK: NO_ARGUMENTS,
+    TaskName.PROCESS_WORK: item_arguments(),
+    TaskName.PROCESS_BATCH: batch_arguments(),
+    TaskName.AFTER_WRITE: after_write_arguments(),
 }
 
 

@@ -11,9 +11,10 @@ from media_usage_worker.tasks import settings
 from media_usage_worker.tasks.app import late_duplicate_tick, media_usage_task
 from media_usage_worker.tasks.engines import migrated_engine, waiting_for
 from media_usage_worker.tasks.events import emit
+from media_usage_worker.tasks.names import TaskName
 
 
-@media_usage_task("media_usage.deletion_tick", bind=True)
+@media_usage_task(TaskName.DELETION_TICK, bind=True)
 def deletion_tick(self: Task) -> dict[str, Any]:
     """Advance due collection deletions for a few seconds (each batch one transaction)."""
     skipped = late_duplicate_tick(self, settings.reconcile_seconds())

@@ -15,11 +15,12 @@ from celery._state import get_current_task
 from kombu.exceptions import ChannelError
 
 from media_usage_worker.domain.vocabulary import WorkState
-from media_usage_worker.domain.work import WorkRecord
+from media_usage_worker.domain.work import WorkRecord, grouped
 from media_usage_worker.repository.work import MediaUsageWorkRepository
 from media_usage_worker.tasks import ledger, settings
 from media_usage_worker.tasks.app import app
 from media_usage_worker.tasks.engines import get_engine
+from media_usage_worker.tasks.names import PREFIX, TaskName
 from media_usage_worker.tasks.settings import broker_folder, queue_name
 
 log = logging.getLogger(__name__)
@@ -35,7 +36,7 @@ def sending_app() -> Celery:
     """The app whose broker work messages go to: the running task's, when a task of this
     project runs (on this project's app, or a host's it was bound onto), else this project's."""
     task = get_current_task()
-    if task is not None and str(task.name).startswith("media_usage."):
+    if task is not None and str(task.name).startswith(PREFIX):
         return task.app
     return app
 
@@ -97,7 +98,7 @@ def send(items: Sequence[WorkRecord], ttl: int | None = None) -> list[str]:
         if len(todo) <= settings.batch_threshold():
             for item in todo:
                 result = sender.send_task(
-                    "media_usage.process_work",
+                    TaskName.PROCESS_WORK.value,
                     args=(item.collection_id, item.content_id, item.work_version),
                     producer=producer, priority=ITEM_PRIORITY, **options,
                 )  # fmt: skip
@@ -106,7 +107,7 @@ def send(items: Sequence[WorkRecord], ttl: int | None = None) -> list[str]:
             for batch in _batches(todo, settings.batch_size()):
                 ids = [[i.collection_id, i.content_id, i.work_version] for i in batch]
                 result = sender.send_task(
-                    "media_usage.process_batch",
+                    TaskName.PROCESS_BATCH.value,
                     args=(ids,), producer=producer, priority=BATCH_PRIORITY, **options,
                 )  # fmt: skip
                 sent += [result.id] * len(batch)
@@ -115,12 +116,9 @@ def send(items: Sequence[WorkRecord], ttl: int | None = None) -> list[str]:
 
 def _batches(items: list[WorkRecord], size: int) -> list[list[WorkRecord]]:
     """Items grouped by collection, in runs of at most ``size``."""
-    by_collection: dict[str, list[WorkRecord]] = {}
-    for item in items:
-        by_collection.setdefault(item.collection_id, []).append(item)
     return [
         group[start : start + size]
-        for group in by_collection.values()
+        for group in grouped(items, lambda item: item.collection_id)
         for start in range(0, len(group), size)
     ]
 

@@ -14,6 +14,7 @@ needed.
 from __future__ import annotations
 
 from media_usage_worker.tasks import settings
+from media_usage_worker.tasks.names import TaskName
 
 # A bad value is refused when beat starts (settings.check_all); the import must not fail.
 _tick = settings.or_default(settings.tick_seconds, 5)
@@ -22,18 +23,18 @@ _queue = settings.or_default(settings.queue_name, settings.DEFAULT_QUEUE)
 
 beat_schedule: dict[str, dict] = {
     "media-usage-tick": {
-        "task": "media_usage.tick",
+        "task": TaskName.TICK.value,
         "schedule": float(_tick),
         "options": {"queue": _queue},
     },
     "media-usage-reconcile": {
-        "task": "media_usage.reconcile_tick",
+        "task": TaskName.RECONCILE_TICK.value,
         "schedule": float(_reconcile),
         "options": {"queue": _queue},
     },
     # Collection deletions' back phases, on the reconciliation's interval.
     "media-usage-deletion": {
-        "task": "media_usage.deletion_tick",
+        "task": TaskName.DELETION_TICK.value,
         "schedule": float(_reconcile),
         "options": {"queue": _queue},
     },

@@ -11,6 +11,7 @@ import re
 from collections.abc import Callable
 from typing import TypeVar
 
+from media_usage_worker.domain import deletion, policy
 from media_usage_worker.domain.errors import InvalidArgument, InvalidSetting
 from media_usage_worker.domain.policy import Limits, positive_setting
 from media_usage_worker.domain.work import MAX_BATCH
@@ -21,7 +22,6 @@ T = TypeVar("T")
 DEFAULT_DATABASE_URL = "sqlite:///media_usage.db"
 DEFAULT_BROKER_URL = "redis://localhost:6379/0"
 DEFAULT_QUEUE = "media_usage"
-LEASE_SECONDS = 60
 # The hard limit bounds how long heartbeats may extend a lease; the soft limit fires first.
 TASK_TIME_LIMIT_SECONDS = 300
 TASK_SOFT_TIME_LIMIT_SECONDS = 270
@@ -97,7 +97,7 @@ def positive_int(name: str, default: int) -> int:
 
 def lease_seconds() -> int:
     """The claim's lease (60 s, as emdash); renewed every third of it while the item runs."""
-    return positive_int("MEDIA_USAGE_LEASE_SECONDS", LEASE_SECONDS)
+    return positive_int("MEDIA_USAGE_LEASE_SECONDS", policy.LEASE_SECONDS)
 
 
 def tick_seconds() -> int:
@@ -148,7 +148,7 @@ def batch_size() -> int:
 def deletion_lease_seconds() -> int:
     """A collection deletion's lease (300 s, as emdash): a killed worker's deletion resumes
     once it expires."""
-    return positive_int("MEDIA_USAGE_DELETION_LEASE_SECONDS", 300)
+    return positive_int("MEDIA_USAGE_DELETION_LEASE_SECONDS", deletion.LEASE_SECONDS)
 
 
 def reconcile_defer_seconds() -> int:

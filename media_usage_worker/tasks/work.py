@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import logging
-import time
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 from celery import Task
@@ -13,21 +13,16 @@ from celery.exceptions import SoftTimeLimitExceeded
 from media_usage_worker.domain.errors import InvalidArgument, ItemsFailed
 from media_usage_worker.domain.messages import after_write_arguments
 from media_usage_worker.domain.policy import Limits
-from media_usage_worker.domain.timestamps import seconds_between
 from media_usage_worker.domain.vocabulary import Outcome
 from media_usage_worker.domain.work import checked_items
-from media_usage_worker.pipeline.batch import BatchRun
-from media_usage_worker.pipeline.fan_out import due_read_budget, fan_out_due_work
-from media_usage_worker.pipeline.process import Heartbeat, process_work_item
+from media_usage_worker.pipeline.batch import BatchRun, Heartbeat, ProcessResult
+from media_usage_worker.pipeline.fan_out import run_tick
 from media_usage_worker.pipeline.reconciliation import Reconciler
-from media_usage_worker.repository import coverage
-from media_usage_worker.repository.activation import is_activation_active
-from media_usage_worker.repository.db import read_transaction
-from media_usage_worker.repository.work import MediaUsageWorkRepository
 from media_usage_worker.tasks import dispatch, settings
 from media_usage_worker.tasks.app import late_duplicate_tick, media_usage_task
 from media_usage_worker.tasks.engines import migrated_engine, report_waiting, waiting_for
 from media_usage_worker.tasks.events import emit
+from media_usage_worker.tasks.names import TaskName
 
 log = logging.getLogger(__name__)
 CAPTURE_INACTIVE = (
@@ -40,97 +35,72 @@ OUT_OF_TIME = (SoftTimeLimitExceeded,)
 RECONCILE_NOW_SECONDS = 2.0
 
 
-@media_usage_task("media_usage.tick", bind=True)
+@media_usage_task(TaskName.TICK, bind=True)
 def tick(self: Task) -> dict[str, Any]:
-    """Select due work page by page (up to the tick budget) and send one message per item."""
+    """Select due work page by page (up to the tick budget) and send it as messages."""
     skipped = late_duplicate_tick(self, settings.tick_seconds())
     if skipped is not None:
         return skipped
-    started = time.monotonic()
     engine = migrated_engine()
     if engine is None:
         return {"active": False, "dispatched": 0, "schema": waiting_for()}
-    with read_transaction(engine) as conn:
-        active = is_activation_active(conn)
-    report_waiting(engine, None if active else CAPTURE_INACTIVE)
-    if not active:
-        return {"active": False, "dispatched": 0}
-    repo = MediaUsageWorkRepository(engine)
     ttl = settings.dispatch_ttl_seconds()
-    queued = dispatch.queued_messages()
-    budget = due_read_budget(
-        queued,
+    report = run_tick(
+        engine,
+        queued=dispatch.queued_messages,
         budget=settings.tick_budget(),
         max_queued=settings.max_queued(),
         batch_size=settings.batch_size(),
+        send=lambda page: dispatch.send(page, ttl),
     )
-    fanned = fan_out_due_work(repo, budget, lambda page: dispatch.send(page, ttl))
-    now, oldest = repo.oldest_due()
-    # A worker killed between an item's completion and its coverage note leaves the collection
-    # stale with nothing left to do; the tick is what still runs.
-    restored = coverage.restore_settled_coverage(engine)
-    summary = {
-        "active": True,
-        "due_seen": fanned.seen,
-        "dispatched": fanned.sent,
-        "unusable_settled": fanned.unusable,
-        "queued_before": queued,
-        "budget_exhausted": budget > 0 and fanned.seen >= budget,
-        "coverage_restored": restored,
-        "oldest_due_age_seconds": round(seconds_between(oldest, now), 3) if oldest else 0.0,
-        "duration_ms": round((time.monotonic() - started) * 1000, 1),
-    }
-    emit(self, "task-media-usage-tick", summary)
+    report_waiting(engine, None if report.active else CAPTURE_INACTIVE)
+    summary = report.as_dict()
+    if report.active:
+        emit(self, "task-media-usage-tick", summary)
     return summary
 
 
-@media_usage_task("media_usage.process_work")
+@media_usage_task(TaskName.PROCESS_WORK)
 def process_work(collection_id: Any, content_id: Any, work_version: Any) -> dict[str, Any]:
-    """Claim, refresh and complete (or retry/fail) one item; the outcome is the result."""
-    engine = migrated_engine()
-    if engine is None:
-        return {"outcome": "claim_lost", "reason": waiting_for()}
-    lease = settings.lease_seconds()
-    try:
-        result = process_work_item(
-            engine,
-            collection_id=collection_id,
-            content_id=content_id,
-            work_version=work_version,
-            limits=Limits.from_env(),
-            lease_seconds=lease,
-            heartbeat=Heartbeat(
-                every_seconds=lease / 3,
-                max_seconds=settings.time_limits()[0],
-            ),
-            interrupts=OUT_OF_TIME,
-            on_drained=_reconcile_now(engine),
-        ).as_dict()
-    except InvalidArgument as exc:
-        # Forged or corrupted message: say so once, change nothing, never retry it.
-        log.warning("media_usage.process_work ignored an invalid message: %s", exc)
-        result = {"outcome": "claim_lost", "reason": "invalid message"}
-    else:
-        dispatch.release([(collection_id, content_id, work_version)])
+    """Claim, refresh and complete (or retry/fail) one item: a batch of one, whose outcome is
+    the result."""
+    ran = _process(TaskName.PROCESS_WORK, [(collection_id, content_id, work_version)])
+    if isinstance(ran, str):
+        return {"outcome": Outcome.CLAIM_LOST.value, "reason": ran}
+    (result,) = ran
     # The outcome is the task's result: Flower shows it from the task-succeeded event, so a
     # custom event per item would only double the event traffic. An item that failed for good
     # ends the task as a failure instead (see _reported).
-    return _reported(result, [result] if result.get("outcome") == Outcome.FAILED else [])
+    return _reported(result.as_dict(), [result] if result.outcome == Outcome.FAILED else [])
 
 
-@media_usage_task("media_usage.process_batch")
+@media_usage_task(TaskName.PROCESS_BATCH)
 def process_batch(items: Any) -> dict[str, Any]:
     """Process up to 100 items (``[collection_id, content_id, work_version]`` each) through the
     same path as one; the result counts the outcomes and names the items that failed."""
+    ran = _process(TaskName.PROCESS_BATCH, items if isinstance(items, list) else [])
+    if isinstance(ran, str):
+        return {"outcomes": {}, "reason": ran}
+    failed = [r for r in ran if r.outcome == Outcome.FAILED]
+    summary = {
+        "items": len(ran),
+        "outcomes": dict(Counter(str(r.outcome) for r in ran)),
+        "failed": [[r.collection_id, r.content_id, str(r.error_code)] for r in failed],
+    }
+    return _reported(summary, failed)
+
+
+def _process(task: TaskName, items: Sequence[Sequence[object]]) -> list[ProcessResult] | str:
+    """The items' results, or why nothing ran (the schema is not ready; an invalid message)."""
     engine = migrated_engine()
     if engine is None:
-        return {"outcomes": {}, "reason": waiting_for()}
+        return waiting_for()
     try:
-        checked = checked_items(items if isinstance(items, list) else [])
+        checked = checked_items(items)
     except InvalidArgument as exc:
         # Forged or corrupted message: rejected whole, nothing changed, never retried.
-        log.warning("media_usage.process_batch ignored an invalid message: %s", exc)
-        return {"outcomes": {}, "reason": "invalid message"}
+        log.warning("%s ignored an invalid message: %s", task.value, exc)
+        return "invalid message"
     lease = settings.lease_seconds()
     results = BatchRun(
         engine,
@@ -141,13 +111,7 @@ def process_batch(items: Any) -> dict[str, Any]:
         on_drained=_reconcile_now(engine),
     ).run(checked)
     dispatch.release([(i.collection_id, i.content_id, i.work_version) for i in checked])
-    failed = [r for r in results if r.outcome == Outcome.FAILED]
-    summary = {
-        "items": len(checked),
-        "outcomes": dict(Counter(str(r.outcome) for r in results)),
-        "failed": [[r.collection_id, r.content_id, str(r.error_code)] for r in failed],
-    }
-    return _reported(summary, failed)
+    return results
 
 
 def _reconcile_now(engine: Any) -> Any:
@@ -180,7 +144,7 @@ def _reported(summary: dict[str, Any], failed: list[Any]) -> dict[str, Any]:
 _AFTER_WRITE_ARGUMENTS = after_write_arguments()
 
 
-@media_usage_task("media_usage.after_write")
+@media_usage_task(TaskName.AFTER_WRITE)
 def after_write(collection_slug: Any, content_id: Any) -> dict[str, Any]:
     """A host's content write, sent by name (``send_task``) from an app that does not import
     this project: send its item now, as ``tasks.dispatch.after_write`` does in the host."""

@@ -1,4 +1,4 @@
-"""Bound into a host's app (issue 22, item 3): a host project with its own ``tasks.py``, shared
+"""Bound into a host's app: a host project with its own ``tasks.py``, shared
 task, routes and beat schedule calls ``bind(app)``; one worker and one beat of the host's run
 both sets of tasks, each on its queue, and the index follows the host's content writes."""
 

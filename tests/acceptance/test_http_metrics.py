@@ -1,4 +1,4 @@
-"""``/metrics`` scraped while a real worker and beat drain a backlog (issue 23): the work gauge
+"""``/metrics`` scraped while a real worker and beat drain a backlog: the work gauge
 is read from the database on each scrape and falls to zero."""
 
 from __future__ import annotations

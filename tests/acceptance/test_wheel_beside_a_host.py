@@ -1,4 +1,4 @@
-"""The built wheel beside a host project (issue 22, item 7).
+"""The built wheel beside a host project.
 
 The wheel is installed into a fresh virtual environment (its dependencies come from the test
 environment through a ``.pth`` file, so nothing is downloaded). The host project has a

@@ -1,4 +1,4 @@
-"""Deleting a collection (issue 24), on both dialects: tombstone, fenced front phases, back phases
+"""Deleting a collection, on both dialects: tombstone, fenced front phases, back phases
 in batches, resumable after a kill in any of them, and nothing of the collection left."""
 
 from __future__ import annotations

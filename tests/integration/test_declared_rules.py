@@ -1,4 +1,4 @@
-"""Declared extraction rules (issue 21): reference paths and media URLs are indexed, a change
+"""Declared extraction rules: reference paths and media URLs are indexed, a change
 takes coverage out of ``complete`` in its own transaction and the reconciliation brings it back
 under the new rules (both dialects)."""
 

@@ -1,5 +1,5 @@
 """A worker or beat that runs this project's tasks stops at start-up on a bad setting, with one
-line naming it (issue 22); a host's own worker in the same environment is not stopped."""
+line naming it; a host's own worker in the same environment is not stopped."""
 
 from __future__ import annotations
 

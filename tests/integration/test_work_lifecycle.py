@@ -1,4 +1,4 @@
-"""claim, complete, retry, fail, due selection and lookups: the seed's semantics, both dialects."""
+"""claim, complete, retry, fail, due selection and lookups: emdash's semantics, both dialects."""
 
 from __future__ import annotations
 

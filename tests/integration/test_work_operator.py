@@ -1,4 +1,4 @@
-"""Operator listing and operator retry, with the seed's race handling, on both dialects."""
+"""Operator listing and operator retry, with emdash's race handling, on both dialects."""
 
 from __future__ import annotations
 

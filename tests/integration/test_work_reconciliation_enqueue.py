@@ -1,4 +1,4 @@
-"""enqueue_reconciliation_page: every guard of the seed, both dialects."""
+"""enqueue_reconciliation_page: every guard emdash has, both dialects."""
 
 from __future__ import annotations
 

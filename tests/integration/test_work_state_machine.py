@@ -1,4 +1,4 @@
-"""Random sequences of work operations against the repository and a small model of the seed.
+"""Random sequences of work operations against the repository and a small model of emdash's rules.
 
 Content writes go through the real capture triggers (plain SQL on ``ec_posts``), so the model
 also pins down the trigger's upsert. Time moves only by rewriting timestamps to the past,

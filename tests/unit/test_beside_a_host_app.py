@@ -1,4 +1,4 @@
-"""Beside a host's own Celery app (issue 22): importing this project takes nothing over.
+"""Beside a host's own Celery app: importing this project takes nothing over.
 
 Each check runs in a fresh interpreter, in a host directory, as a host process would.
 """
