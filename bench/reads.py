@@ -22,8 +22,7 @@ import sqlalchemy as sa
 from bench.env import Bench
 from bench.stats import percentile
 from media_usage_worker.api import MediaUsage
-from media_usage_worker.repository import statistics
-from media_usage_worker.repository.collections import CollectionRegistry
+from media_usage_worker.repository import collections, statistics
 from media_usage_worker.repository.db import create_engine
 from tests.generated_site import generate_site
 from tests.http_server import TOKEN, serving
@@ -50,7 +49,7 @@ def _line(name: str, samples: list[float], floor: list[float] | None = None) -> 
 def _site(bench: Bench, dialect: str, entries: int, library: int) -> tuple[str, sa.Engine]:
     url = bench.database(dialect)
     engine = create_engine(url)
-    articles = CollectionRegistry(engine).get(SLUG)
+    articles = collections.find_collection(engine, SLUG)
     assert articles is not None
     generate_site(engine, articles.id, SLUG, entries, library)
     mark_coverage_complete(engine)

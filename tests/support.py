@@ -171,7 +171,7 @@ def drain(engine: sa.Engine, limits=None, max_rounds: int = 100) -> list:
         return page
 
     for _ in range(max_rounds):
-        if not fan_out_due_work(repo, 100, process).seen:
+        if not fan_out_due_work(repo.bind, 100, process).seen:
             return results
     raise AssertionError("work did not drain")
 

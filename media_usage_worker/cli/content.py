@@ -78,7 +78,7 @@ def collections_create(
 ) -> None:
     """Create a collection, its ec_<slug> table and its status row."""
     from media_usage_worker.domain.content_model import validate_collection_slug, validate_fields
-    from media_usage_worker.repository.collections import CollectionRegistry
+    from media_usage_worker.repository import collections
 
     validate_collection_slug(slug)
     definitions = [_parse_field(spec) for spec in field_specs]
@@ -86,8 +86,8 @@ def collections_create(
         definitions += _parse_fields_json(fields_json)
     validate_fields(definitions)
     with open_engine(database_url) as engine:
-        collection = CollectionRegistry(engine).create_collection(
-            slug, label or slug.replace("_", " ").title(), definitions
+        collection = collections.create_collection(
+            engine, slug, label or slug.replace("_", " ").title(), definitions
         )
         click.echo(f"created collection {collection.slug} ({collection.id})")
 
@@ -98,18 +98,20 @@ def collections_create(
 @handle_errors
 def collections_list(as_json: bool, database_url: str) -> None:
     """List collections."""
-    from media_usage_worker.repository.collections import CollectionRegistry
+    from media_usage_worker.repository import collections
 
     with open_engine(database_url) as engine:
-        registry = CollectionRegistry(engine)
         rows: list[dict[str, Any]] = [
             {
                 "id": c.id,
                 "slug": c.slug,
                 "label": c.label,
-                "fields": [{"slug": f.slug, "type": f.type} for f in registry.fields(c.id)],
+                "fields": [
+                    {"slug": f.slug, "type": f.type}
+                    for f in collections.collection_fields(engine, c.id)
+                ],
             }
-            for c in registry.list()
+            for c in collections.list_collections(engine)
         ]
     if as_json:
         click.echo(json.dumps({"collections": rows}, indent=2))

@@ -32,13 +32,13 @@ def repair_command(slug: str, as_json: bool, database_url: str) -> None:
     """
     from media_usage_worker.domain.content_model import validate_collection_slug
     from media_usage_worker.pipeline.repair import repair_collection
-    from media_usage_worker.repository.collections import CollectionRegistry
+    from media_usage_worker.repository import collections
 
     validate_collection_slug(slug)
     log_in_one_line()
     with open_engine(database_url) as engine:
         # Refused before the progress bar says it is repairing anything.
-        if CollectionRegistry(engine).get(slug) is None:
+        if collections.find_collection(engine, slug) is None:
             raise Outcome(f"collection {slug!r} not found")
         bar = click.progressbar(length=1, label=f"repairing {slug}", file=sys.stderr)
         with bar:
@@ -92,14 +92,14 @@ def work_list(
     from media_usage_worker.domain.content_model import validate_collection_slug
     from media_usage_worker.domain.cursor import decode_cursor, work_scope
     from media_usage_worker.domain.validation import work_state
-    from media_usage_worker.repository.work import MediaUsageWorkRepository
+    from media_usage_worker.repository import work_operator
 
     validate_collection_slug(slug)
     # Reject a bad cursor, or one from another listing, before connecting.
     decode_cursor(cursor, scope=work_scope(slug, work_state(state)))
     with open_engine(database_url) as engine:
-        page = MediaUsageWorkRepository(engine).find_operator_page(
-            collection_slug=slug, state=state, limit=limit, cursor=cursor
+        page = work_operator.find_operator_page(
+            engine, collection_slug=slug, state=state, limit=limit, cursor=cursor
         )
     if page is None:
         raise Outcome(f"collection {slug!r} not found")
@@ -149,8 +149,7 @@ def work_retry(
 
     from media_usage_worker.domain.content_model import validate_collection_slug
     from media_usage_worker.domain.validation import collection_ulid
-    from media_usage_worker.repository.collections import CollectionRegistry
-    from media_usage_worker.repository.work import MediaUsageWorkRepository
+    from media_usage_worker.repository import collections, work_operator
 
     if (slug is None) == (collection_id is None):
         raise click.UsageError("Give exactly one of --collection SLUG and --collection-id ID.")
@@ -161,13 +160,13 @@ def work_retry(
     checked_id(content_id, "--content-id")
     with open_engine(database_url) as engine:
         if slug is not None:
-            collection = CollectionRegistry(engine).get(slug)
+            collection = collections.find_collection(engine, slug)
             if collection is None:
                 raise Outcome(f"collection {slug!r} not found")
             collection_id = collection.id
         assert collection_id is not None
-        result = MediaUsageWorkRepository(engine).retry_operator_work(
-            collection_id=collection_id, content_id=content_id
+        result = work_operator.retry_operator_work(
+            engine, collection_id=collection_id, content_id=content_id
         )
     payload = {
         "outcome": result.outcome,

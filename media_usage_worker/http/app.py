@@ -29,13 +29,13 @@ from media_usage_worker.http.metrics import IndexCollector
 from media_usage_worker.http.probe import READY_TIMEOUT_SECONDS, SharedProbe
 from media_usage_worker.http.settings import MAX_BODY_BYTES, ApiSettings
 from media_usage_worker.pipeline.deletion import delete_collection
+from media_usage_worker.repository import collections, work_operator
 from media_usage_worker.repository.activation import is_activation_active
-from media_usage_worker.repository.collections import CollectionRegistry, request_reindex
+from media_usage_worker.repository.collections import request_reindex
 from media_usage_worker.repository.db import read_transaction
 from media_usage_worker.repository.deletions import page as deletion_page
 from media_usage_worker.repository.deletions import reopen as reopen_deletion
 from media_usage_worker.repository.migrate import UNREADABLE, schema_problem
-from media_usage_worker.repository.work import MediaUsageWorkRepository
 
 log = logging.getLogger(__name__)
 # Ids one ``GET /v1/usage`` answers (the Python API takes up to ``MAX_IDS``).
@@ -67,7 +67,6 @@ def create_app(engine: sa.Engine, settings: ApiSettings) -> FastAPI:
     errors.install(app)
     app.add_middleware(HeadAsGet)
     index = MediaUsage(engine)
-    work = MediaUsageWorkRepository(engine)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(IndexCollector(engine, settings.metrics_cache_seconds))
 
@@ -168,8 +167,8 @@ def create_app(engine: sa.Engine, settings: ApiSettings) -> FastAPI:
             raise InvalidArgument("collection is required: the slug of the collection to list.")
         slug = validate_collection_slug(collection)
         decode_cursor(cursor, scope=work_scope(slug, check.work_state(state)))
-        page = work.find_operator_page(
-            collection_slug=slug, state=state, limit=_limit(limit), cursor=cursor
+        page = work_operator.find_operator_page(
+            engine, collection_slug=slug, state=state, limit=_limit(limit), cursor=cursor
         )
         if page is None:
             raise ApiError(404, "collection_not_found", f"No collection has slug {slug!r}.")
@@ -188,13 +187,15 @@ def create_app(engine: sa.Engine, settings: ApiSettings) -> FastAPI:
         content_id = check.named_identifier('"content_id"', body.get("content_id"))
         if "collection" in body:
             slug = validate_collection_slug(body["collection"])
-            found = CollectionRegistry(engine).get(slug)
+            found = collections.find_collection(engine, slug)
             if found is None:
                 raise ApiError(404, "collection_not_found", f"No collection has slug {slug!r}.")
             collection_id = found.id
         else:
             collection_id = check.named_identifier('"collection_id"', body["collection_id"])
-        result = work.retry_operator_work(collection_id=collection_id, content_id=content_id)
+        result = work_operator.retry_operator_work(
+            engine, collection_id=collection_id, content_id=content_id
+        )
         if result.outcome != RetryOutcome.PENDING:
             status_code, code = _RETRY_STATUS[result.outcome]
             message = f"Not retried: {result.outcome}"

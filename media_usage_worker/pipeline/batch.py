@@ -15,32 +15,40 @@ import random
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from media_usage_worker.domain import policy
+from media_usage_worker.domain.refresh_plan import (
+    CollectionState,
+    EntryWrite,
+    StorageKeys,
+    columns_to_read,
+)
 from media_usage_worker.domain.snapshots import ContentEntry
 from media_usage_worker.domain.vocabulary import ErrorCode, Outcome, RefreshCode
-from media_usage_worker.domain.work import Item, Lease, WorkRecord, grouped
+from media_usage_worker.domain.work import Item, WorkRecord, grouped
 from media_usage_worker.pipeline.lease_keeper import keeper
-from media_usage_worker.pipeline.refresh import (
-    columns_to_read,
-    describe,
-    media_urls,
-    plan_refresh,
-    refresh_entry,
-    refresh_error,
+from media_usage_worker.pipeline.refresh import describe, plan_entry, refresh_entry, refresh_error
+from media_usage_worker.pipeline.settle import (
+    EntryOutcome,
+    ProcessResult,
+    claimed_lease,
+    entry_outcome,
+    lost,
+    result,
+    settle,
 )
 from media_usage_worker.repository import coverage, projection
 from media_usage_worker.repository import reconciliations as store
+from media_usage_worker.repository import work_processing as work
 from media_usage_worker.repository.collections import is_registered
-from media_usage_worker.repository.projection import CollectionState
-from media_usage_worker.repository.source_writes import EntryWrite
-from media_usage_worker.repository.work import MediaUsageWorkRepository
+from media_usage_worker.repository.db import Bind
 from media_usage_worker.repository.work_processing import write_and_complete
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection, Engine
 
+__all__ = ["BatchRun", "Heartbeat", "ProcessResult"]
 log = logging.getLogger(__name__)
 # What a failure without an exception of its own means, for the log line that reports it.
 _CAUSES: dict[ErrorCode, str] = {
@@ -53,18 +61,6 @@ _REFRESH_CAUSES: dict[RefreshCode, str] = {
     RefreshCode.DRAFT_REVISION_INVALID: "the entry's draft revision is not a JSON object",
     RefreshCode.DRAFT_REVISION_MISMATCH: "the entry's draft revision belongs to another entry",
 }
-
-
-@dataclass(frozen=True)
-class ProcessResult:
-    outcome: Outcome
-    collection_id: str
-    content_id: str
-    work_version: int
-    error_code: ErrorCode | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if v is not None}
 
 
 @dataclass(frozen=True)
@@ -106,7 +102,7 @@ class BatchRun:
             for group in grouped(items, lambda item: item.collection_id):
                 if self._interrupted:
                     # Not claimed, so still due: a later tick sends these items again.
-                    results += [_lost(i) for i in group]
+                    results += [lost(i) for i in group]
                 else:
                     results += self._collection(conn, group[0].collection_id, group)
         if self._woke_reconciliation and self.on_drained is not None and not self._interrupted:
@@ -122,17 +118,15 @@ class BatchRun:
     def _collection(
         self, conn: Connection, collection_id: str, items: list[Item]
     ) -> list[ProcessResult]:
-        repo = MediaUsageWorkRepository(conn)
         versions = [(i.content_id, i.work_version) for i in items]
-        claimed = repo.claim_batch(collection_id, versions, self.lease_seconds)
+        claimed = work.claim_batch(conn, collection_id, versions, self.lease_seconds)
         taken = {(r.content_id, r.work_version) for r in claimed}
-        results = [_lost(i) for i in items if (i.content_id, i.work_version) not in taken]
+        results = [lost(i) for i in items if (i.content_id, i.work_version) not in taken]
         # Rows of one collection may carry different slugs (captured before a rename).
         for records in grouped(claimed, lambda record: record.collection_slug):
             if self._interrupted:
                 # Claimed before the interrupt: each goes back with the time-limit code.
-                engine_repo = MediaUsageWorkRepository(self.engine)
-                results += [self._settle(engine_repo, r, ErrorCode.TIME_LIMIT) for r in records]
+                results += [self._settle(self.engine, r, ErrorCode.TIME_LIMIT) for r in records]
             else:
                 results += self._claimed(conn, records)
         return results
@@ -146,14 +140,13 @@ class BatchRun:
             self._interrupted = True
             conn.invalidate()
             # The leases go back through the engine: this connection is gone.
-            engine_repo = MediaUsageWorkRepository(self.engine)
             culprit, self._working_on = self._working_on, None
             if culprit is None:  # out of time in a shared read or write: nobody in particular
-                return [self._settle(engine_repo, r, ErrorCode.TIME_LIMIT) for r in records]
+                return [self._settle(self.engine, r, ErrorCode.TIME_LIMIT) for r in records]
             return [
-                self._settle(engine_repo, r, ErrorCode.TIME_LIMIT)
+                self._settle(self.engine, r, ErrorCode.TIME_LIMIT)
                 if r.content_id == culprit
-                else self._release(engine_repo, r)
+                else self._release(self.engine, r)
                 for r in records
             ]
         if any(r.outcome == Outcome.COMPLETED for r in results):
@@ -179,7 +172,6 @@ class BatchRun:
 
     def _refresh_all(self, conn: Connection, records: list[WorkRecord]) -> list[ProcessResult]:
         first = records[0]
-        repo = MediaUsageWorkRepository(conn)
         ids = [r.content_id for r in records]
         try:
             state = projection.read_entries(
@@ -190,9 +182,9 @@ class BatchRun:
                 raise
             code = refresh_error(ContentEntry(first.collection_id, first.collection_slug, ""), exc)
             self._causes.update(dict.fromkeys(ids, describe(exc)))
-            return [self._settle(repo, r, policy.work_error_code(code)) for r in records]
+            return [self._settle(conn, r, policy.work_error_code(code)) for r in records]
         if not state.present:
-            return [self._obsolete(repo, r) for r in records]
+            return [self._obsolete(conn, r) for r in records]
         writes, failed = self._plan_all(conn, state, records)
         if self.before_write is not None:
             self.before_write()
@@ -213,14 +205,16 @@ class BatchRun:
             written, completed = set(), set()
         results = []
         for record in records:
-            if record.content_id in failed:
-                code = failed[record.content_id]
-                results.append(self._failed_refresh(repo, conn, record, code))
-            elif record.content_id in written:
-                done = record.content_id in completed
-                results.append(_result(record, Outcome.COMPLETED if done else Outcome.SUPERSEDED))
-            else:
-                results.append(self._alone(repo, conn, record))
+            match entry_outcome(record.content_id, failed, written, completed):
+                case EntryOutcome.REFRESH_FAILED:
+                    code = failed[record.content_id]
+                    results.append(self._failed_refresh(conn, record, code))
+                case EntryOutcome.COMPLETED:
+                    results.append(result(record, Outcome.COMPLETED))
+                case EntryOutcome.SUPERSEDED:
+                    results.append(result(record, Outcome.SUPERSEDED))
+                case EntryOutcome.ALONE:
+                    results.append(self._alone(conn, record))
         return results
 
     def _plan_all(
@@ -229,18 +223,18 @@ class BatchRun:
         """Each entry's write, or the code of why it has none."""
         writes: list[tuple[str, int, EntryWrite]] = []
         failed: dict[str, RefreshCode] = {}
-        urls = media_urls(conn, state)
+        keys = StorageKeys()
         for record in records:
-            entry_state = state.entries[record.content_id]
             self._working_on = record.content_id
             try:
-                lease = _lease(record)
-                plan = plan_refresh(entry_state, state.fields, self.limits, lease, urls=urls)
+                plan = plan_entry(
+                    conn, state, record.content_id, self.limits, claimed_lease(record), keys
+                )
             except Exception as exc:
                 if isinstance(exc, self.interrupts):
                     raise
                 self._causes[record.content_id] = describe(exc)
-                plan = refresh_error(entry_state.entry, exc)
+                plan = refresh_error(state.entries[record.content_id].entry, exc)
             self._working_on = None
             if isinstance(plan, EntryWrite):
                 writes.append((record.content_id, record.work_version, plan))
@@ -248,11 +242,9 @@ class BatchRun:
                 failed[record.content_id] = plan
         return writes, failed
 
-    def _alone(
-        self, repo: MediaUsageWorkRepository, conn: Connection, record: WorkRecord
-    ) -> ProcessResult:
+    def _alone(self, conn: Connection, record: WorkRecord) -> ProcessResult:
         """An entry whose compare-and-set lost in the batch: read and write it on its own."""
-        lease = _lease(record)
+        lease = claimed_lease(record)
         entry = ContentEntry(record.collection_id, record.collection_slug, record.content_id)
         self._working_on = record.content_id
         code = refresh_entry(
@@ -260,58 +252,48 @@ class BatchRun:
         )
         self._working_on = None
         if code is not None:
-            return self._failed_refresh(repo, conn, record, code)
-        if repo.complete_work(**asdict(lease)):
-            return _result(record, Outcome.COMPLETED)
-        return _result(record, Outcome.SUPERSEDED)
+            return self._failed_refresh(conn, record, code)
+        if work.complete_work(conn, **asdict(lease)):
+            return result(record, Outcome.COMPLETED)
+        return result(record, Outcome.SUPERSEDED)
 
     def _failed_refresh(
-        self,
-        repo: MediaUsageWorkRepository,
-        conn: Connection,
-        record: WorkRecord,
-        code: RefreshCode,
+        self, conn: Connection, record: WorkRecord, code: RefreshCode
     ) -> ProcessResult:
         # A refresh of an entry whose collection is gone fails; the item is then obsolete.
         if not is_registered(conn, record.collection_id, record.collection_slug):
-            return self._obsolete(repo, record)
+            return self._obsolete(conn, record)
         if code in _REFRESH_CAUSES:
             self._causes.setdefault(record.content_id, _REFRESH_CAUSES[code])
-        return self._settle(repo, record, policy.work_error_code(code))
+        return self._settle(conn, record, policy.work_error_code(code))
 
     @staticmethod
-    def _obsolete(repo: MediaUsageWorkRepository, record: WorkRecord) -> ProcessResult:
-        done = repo.complete_work(**asdict(_lease(record)))
-        return _result(record, Outcome.OBSOLETE if done else Outcome.SUPERSEDED)
+    def _obsolete(bind: Bind, record: WorkRecord) -> ProcessResult:
+        done = work.complete_work(bind, **asdict(claimed_lease(record)))
+        return result(record, Outcome.OBSOLETE if done else Outcome.SUPERSEDED)
 
-    def _settle(
-        self, repo: MediaUsageWorkRepository, record: WorkRecord, code: ErrorCode
-    ) -> ProcessResult:
+    def _settle(self, bind: Bind, record: WorkRecord, code: ErrorCode) -> ProcessResult:
         """Retry the item with backoff, or fail it for good (and say so on the coverage row).
         Either is logged once, with its cause: a WARNING for a retry, an ERROR for a failure."""
-        lease = _lease(record)
-        attempt = record.attempt_count + 1
-        if policy.is_terminal(code, record.attempt_count):
-            if not repo.fail_work(**asdict(lease), error_code=code):
-                return _result(record, Outcome.SUPERSEDED, code)
+
+        def note_failure(failed: WorkRecord, failed_code: ErrorCode) -> None:
             coverage.record_incremental_failure(
-                repo.bind, record.collection_id, record.collection_slug, record.content_id,
-                record.work_version, code,
+                bind, failed.collection_id, failed.collection_slug, failed.content_id,
+                failed.work_version, failed_code,
             )  # fmt: skip
-            self._report(logging.ERROR, record, code, attempt, None)
-            return _result(record, Outcome.FAILED, code)
-        delay = policy.retry_delay_seconds(record.attempt_count, self.rand)
-        if repo.retry_work(**asdict(lease), retry_delay_seconds=delay, error_code=code):
-            self._report(logging.WARNING, record, code, attempt, delay)
-            return _result(record, Outcome.RETRY, code)
-        return _result(record, Outcome.SUPERSEDED, code)
+
+        settled = settle(work, bind, record, code, self.rand, note_failure)
+        if settled.changed:
+            level = logging.ERROR if settled.retry_in is None else logging.WARNING
+            self._report(level, record, code, record.attempt_count + 1, settled.retry_in)
+        return settled.result
 
     @staticmethod
-    def _release(repo: MediaUsageWorkRepository, record: WorkRecord) -> ProcessResult:
+    def _release(bind: Bind, record: WorkRecord) -> ProcessResult:
         """A batch-mate of the entry that ran out of time: its lease goes back uncharged."""
-        if repo.release_work(**asdict(_lease(record))):
-            return _result(record, Outcome.RETRY)
-        return _result(record, Outcome.SUPERSEDED)
+        if work.release_work(bind, **asdict(claimed_lease(record))):
+            return result(record, Outcome.RETRY)
+        return result(record, Outcome.SUPERSEDED)
 
     def _report(
         self, level: int, record: WorkRecord, code: ErrorCode, attempt: int, delay: int | None
@@ -347,26 +329,10 @@ class BatchRun:
         if self.heartbeat is None:
             return nullcontext()
         return keeper.keeping(
-            MediaUsageWorkRepository(self.engine),
+            self.engine,
             records[0],
             lease_seconds=self.lease_seconds,
             every_seconds=self.heartbeat.every_seconds,
             max_seconds=self.heartbeat.max_seconds,
             versions=tuple((r.content_id, r.work_version) for r in records),
         )
-
-
-def _lost(item: Item) -> ProcessResult:
-    return ProcessResult(Outcome.CLAIM_LOST, item.collection_id, item.content_id, item.work_version)
-
-
-def _lease(record: WorkRecord) -> Lease:
-    lease = record.lease
-    assert lease is not None  # a claimed record holds its lease
-    return lease
-
-
-def _result(record: WorkRecord, outcome: Outcome, code: ErrorCode | None = None) -> ProcessResult:
-    return ProcessResult(
-        outcome, record.collection_id, record.content_id, record.work_version, code
-    )

@@ -25,8 +25,7 @@ from media_usage_worker.domain.vocabulary import (
     DeletionState,
     DeletionStepEnd,
 )
-from media_usage_worker.repository import deletions
-from media_usage_worker.repository.collections import CollectionRegistry
+from media_usage_worker.repository import collections, deletions
 from media_usage_worker.repository.deletions import Step, Tombstone
 
 if TYPE_CHECKING:
@@ -64,7 +63,7 @@ def delete_collection(
             slug, DeletionOutcome.ALREADY_DELETED, tombstone.phase, tombstone.state
         )
     if tombstone is None:
-        collection = CollectionRegistry(engine).get(slug)
+        collection = collections.find_collection(engine, slug)
         if collection is None:
             raise CollectionNotFound(f"No collection has slug {slug!r}.")
         tombstone = deletions.create(engine, collection.id, slug, force)
@@ -73,7 +72,7 @@ def delete_collection(
     for _ in deletion_policy.FRONT_PHASES:
         current = deletions.find(engine, collection_id=tombstone.collection_id)
         if current is None:  # removed: a has_content answer, or (later) finished
-            gone = CollectionRegistry(engine).get(slug) is None
+            gone = collections.find_collection(engine, slug) is None
             return DeletionResult(
                 slug, DeletionOutcome.DELETED if gone else DeletionOutcome.HAS_CONTENT
             )

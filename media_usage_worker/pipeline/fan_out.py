@@ -12,9 +12,9 @@ from media_usage_worker.domain.validation import split_usable
 from media_usage_worker.domain.vocabulary import DUE_STATES, ErrorCode, Outcome
 from media_usage_worker.domain.work import WorkRecord
 from media_usage_worker.repository import coverage
+from media_usage_worker.repository import work_processing as work
 from media_usage_worker.repository.activation import is_activation_active
-from media_usage_worker.repository.db import read_transaction
-from media_usage_worker.repository.work import MediaUsageWorkRepository
+from media_usage_worker.repository.db import Bind, read_transaction
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
@@ -67,13 +67,12 @@ def run_tick(
     with read_transaction(engine) as conn:
         if not is_activation_active(conn):
             return TickReport(active=False)
-    repo = MediaUsageWorkRepository(engine)
     queued_before = queued()
     read_budget = due_read_budget(
         queued_before, budget=budget, max_queued=max_queued, batch_size=batch_size
     )
-    fanned = fan_out_due_work(repo, read_budget, send)
-    now, oldest = repo.oldest_due()
+    fanned = fan_out_due_work(engine, read_budget, send)
+    now, oldest = work.oldest_due(engine)
     restored = coverage.restore_settled_coverage(engine)
     return TickReport(
         active=True,
@@ -108,7 +107,7 @@ def due_read_budget(
 
 
 def fan_out_due_work(
-    repo: MediaUsageWorkRepository,
+    bind: Bind,
     budget: int,
     send: Callable[[list[WorkRecord]], Sequence[object]],
 ) -> FanOut:
@@ -122,11 +121,11 @@ def fan_out_due_work(
         after = None
         while seen < budget:
             limit = min(DUE_PAGE, budget - seen)
-            page = repo.find_due_page(state, limit, after)
+            page = work.find_due_page(bind, state, limit, after)
             seen += len(page)
             usable, unusable_items = split_usable(page, lambda item: item.content_id)
             for item in unusable_items:
-                settle_unusable_item(repo, item)
+                settle_unusable_item(bind, item)
             unusable += len(unusable_items)
             sent += len(send(usable)) if usable else 0
             if len(page) < limit:
@@ -135,16 +134,16 @@ def fan_out_due_work(
     return FanOut(seen, sent, unusable)
 
 
-def settle_unusable_item(repo: MediaUsageWorkRepository, record: WorkRecord) -> Outcome:
+def settle_unusable_item(bind: Bind, record: WorkRecord) -> Outcome:
     """Fail (or drop, if its entry is gone) an item whose content id cannot be used.
 
     The tick calls this instead of sending a message that every worker would refuse: the item
     ends ``failed`` with ``MEDIA_USAGE_UNUSABLE_CONTENT_ID`` and coverage says ``partial``.
     """
-    outcome = repo.settle_unusable_work(record, ErrorCode.UNUSABLE_CONTENT_ID)
+    outcome = work.settle_unusable_work(bind, record, ErrorCode.UNUSABLE_CONTENT_ID)
     if outcome == Outcome.FAILED:
         coverage.record_incremental_failure(
-            repo.bind, record.collection_id, record.collection_slug, record.content_id,
+            bind, record.collection_id, record.collection_slug, record.content_id,
             record.work_version, ErrorCode.UNUSABLE_CONTENT_ID,
         )  # fmt: skip
     return outcome

@@ -21,7 +21,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from media_usage_worker.domain.work import WorkRecord
-from media_usage_worker.repository.work import MediaUsageWorkRepository
+from media_usage_worker.repository import work_processing as work
+from media_usage_worker.repository.db import Bind
 
 log = logging.getLogger(__name__)
 # With nothing to renew the thread still wakes this often, so a new hold whose first renewal is
@@ -33,7 +34,7 @@ IDLE_WAKE_SECONDS = 1.0
 class HeldLease:
     """One lease being kept; ``lost`` is set once a renewal found it gone."""
 
-    repo: MediaUsageWorkRepository
+    bind: Bind
     claimed: WorkRecord
     lease_seconds: int
     every_seconds: float
@@ -64,7 +65,7 @@ class LeaseKeeper:
     @contextmanager
     def keeping(
         self,
-        repo: MediaUsageWorkRepository,
+        bind: Bind,
         claimed: WorkRecord,
         *,
         lease_seconds: int,
@@ -74,7 +75,7 @@ class LeaseKeeper:
     ) -> Iterator[HeldLease]:
         now = time.monotonic()
         held = HeldLease(
-            repo, claimed, lease_seconds, every_seconds, now + max_seconds, now + every_seconds,
+            bind, claimed, lease_seconds, every_seconds, now + max_seconds, now + every_seconds,
             versions=versions or ((claimed.content_id, claimed.work_version),),
         )  # fmt: skip
         key = next(self._ids)
@@ -128,8 +129,12 @@ class LeaseKeeper:
             return False  # a record without a token holds no lease to renew
         held.next_renewal = time.monotonic() + held.every_seconds
         try:
-            kept = held.repo.extend_batch_lease(
-                claimed.collection_id, claimed.lease_token, held.versions, held.lease_seconds
+            kept = work.extend_batch_lease(
+                held.bind,
+                claimed.collection_id,
+                claimed.lease_token,
+                held.versions,
+                held.lease_seconds,
             )
         except Exception:  # a database blip: try again next beat, the lease still runs
             log.warning("lease renewal failed for %s", claimed.content_id, exc_info=True)

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING
 
 from media_usage_worker.domain import policy
 from media_usage_worker.domain.work import checked_items
-from media_usage_worker.pipeline.batch import BatchRun, Heartbeat, ProcessResult
+from media_usage_worker.pipeline.batch import BatchRun, Heartbeat
+from media_usage_worker.pipeline.settle import ProcessResult
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine

@@ -28,9 +28,9 @@ from media_usage_worker.domain.vocabulary import ReconciliationAction as Action
 from media_usage_worker.domain.vocabulary import ReconciliationPhase as Phase
 from media_usage_worker.repository import reconciliations as store
 from media_usage_worker.repository import statistics
+from media_usage_worker.repository import work_rescan as rescan
 from media_usage_worker.repository.reconciliations import Coordinator
 from media_usage_worker.repository.rules import mark_rules_changed
-from media_usage_worker.repository.work import MediaUsageWorkRepository
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
@@ -62,7 +62,6 @@ class Reconciler:
 
     def __init__(self, engine: Engine, *, defer_seconds: int = 5) -> None:
         self.engine = engine
-        self.work = MediaUsageWorkRepository(engine)
         self.defer_seconds = defer_seconds
 
     def tick(self, max_steps: int = 100, budget_seconds: float = 5.0) -> list[StepReport]:
@@ -135,7 +134,8 @@ class Reconciler:
 
     def _enqueue(self, c: Coordinator, phase: Phase, ids: list[str]) -> None:
         assert c.lease_token is not None and c.target_epoch is not None
-        self.work.enqueue_reconciliation_page(
+        rescan.enqueue_reconciliation_page(
+            self.engine,
             collection_id=c.collection_id, collection_slug=c.collection_slug,
             run_token=c.run_token, lease_token=c.lease_token, change_epoch=c.target_epoch,
             phase=phase, content_ids=ids,
@@ -153,7 +153,8 @@ class Reconciler:
                 self._enqueue(c, Phase.SCAN, usable[start : start + PAGE])
             assert c.target_epoch is not None
             for content_id in unusable:
-                self.work.record_unusable_content(
+                rescan.record_unusable_content(
+                    self.engine,
                     collection_id=c.collection_id, collection_slug=c.collection_slug,
                     content_id=content_id, change_epoch=c.target_epoch,
                 )  # fmt: skip

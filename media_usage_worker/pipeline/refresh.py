@@ -9,27 +9,35 @@ batch path (``pipeline.batch``) for leased work items, each with one read and on
 
 from __future__ import annotations
 
-import functools
 import logging
-from collections.abc import Mapping
-from typing import Any
 
-from media_usage_worker.domain.content_model import FieldDefinition
 from media_usage_worker.domain.errors import EntryTooLarge, FieldDiscoveryError
-from media_usage_worker.domain.extraction import MediaUrls, extraction_fields
+from media_usage_worker.domain.extraction import MediaUrls
 from media_usage_worker.domain.policy import Limits
-from media_usage_worker.domain.snapshots import (
-    DISPLAY_FIELDS,
-    ContentEntry,
-    SnapshotSet,
-    build_snapshots,
+from media_usage_worker.domain.refresh_plan import (
+    CollectionState,
+    EntryWrite,
+    StorageKeys,
+    columns_to_read,
+    plan_refresh,
 )
+from media_usage_worker.domain.snapshots import ContentEntry
 from media_usage_worker.domain.vocabulary import RefreshCode
 from media_usage_worker.domain.work import Lease
 from media_usage_worker.repository import projection
 from media_usage_worker.repository.db import Bind
-from media_usage_worker.repository.projection import CollectionState, EntryState
-from media_usage_worker.repository.source_writes import EntryWrite, write_entries, write_entry
+from media_usage_worker.repository.source_writes import write_entries, write_entry
+
+__all__ = [
+    "columns_to_read",
+    "describe",
+    "media_urls",
+    "plan_entry",
+    "plan_refresh",
+    "refresh_entries",
+    "refresh_entry",
+    "refresh_error",
+]
 
 # A refresh that loses a race to a concurrent writer reads again once before giving up.
 REFRESH_ATTEMPTS = 2
@@ -39,20 +47,38 @@ CAUSE_CHARS = 300
 log = logging.getLogger(__name__)
 
 
-def columns_to_read(fields: list[FieldDefinition]) -> list[str]:
-    """The content columns a refresh reads: media-bearing fields, then display fields."""
-    return [f.slug for f in extraction_fields(fields)] + _display_fields(fields)
-
-
-def _display_fields(fields: list[FieldDefinition]) -> list[str]:
-    return [name for name in DISPLAY_FIELDS if any(f.slug == name for f in fields)]
+def plan_entry(
+    bind: Bind,
+    state: CollectionState,
+    content_id: str,
+    limits: Limits,
+    lease: Lease | None,
+    keys: StorageKeys,
+) -> EntryWrite | RefreshCode:
+    """``plan_refresh`` of one entry of ``state``, its media file URLs resolved: storage keys
+    the plan met that ``keys`` has not read yet are read in one statement, and the entry is
+    planned again with them. ``keys`` is shared by the entries of one read."""
+    urls = MediaUrls(state.media_url_prefixes, keys)
+    entry = state.entries[content_id]
+    plan = plan_refresh(entry, state.fields, limits, lease, urls=urls)
+    if keys.missing:
+        keys.learn(projection.media_ids_by_storage_keys(bind, keys.missing))
+        plan = plan_refresh(entry, state.fields, limits, lease, urls=urls)
+    return plan
 
 
 def media_urls(bind: Bind, state: CollectionState) -> MediaUrls:
-    """How this read's refreshes resolve media file URLs: the prefixes read with the fields,
-    and each storage key looked up once."""
-    lookup = functools.cache(functools.partial(projection.media_id_by_storage_key, bind))
-    return MediaUrls(state.media_url_prefixes, lookup)
+    """The media URLs of every entry of ``state``, read at once: for a caller that plans with
+    ``plan_refresh`` itself (``plan_entry`` reads them as it goes)."""
+    keys = StorageKeys()
+    urls = MediaUrls(state.media_url_prefixes, keys)
+    for entry in state.entries.values():
+        try:
+            plan_refresh(entry, state.fields, Limits(), None, urls=urls)
+        except (EntryTooLarge, FieldDiscoveryError):
+            continue
+    keys.learn(projection.media_ids_by_storage_keys(bind, keys.missing))
+    return urls
 
 
 def refresh_entry(
@@ -79,10 +105,7 @@ def refresh_entry(
             )  # fmt: skip
             if not state.present:
                 return RefreshCode.GENERATION_CONFLICT
-            plan = plan_refresh(
-                state.entries[entry.content_id], state.fields, limits, lease,
-                urls=media_urls(bind, state),
-            )  # fmt: skip
+            plan = plan_entry(bind, state, entry.content_id, limits, lease, StorageKeys())
             if not isinstance(plan, EntryWrite):
                 return plan
             if write_entry(bind, plan):
@@ -114,13 +137,12 @@ def refresh_entries(
         return dict.fromkeys(content_ids, RefreshCode.GENERATION_CONFLICT)
     codes: dict[str, RefreshCode | None] = {}
     planned: dict[str, EntryWrite] = {}
-    urls = media_urls(bind, state)
+    keys = StorageKeys()
     for content_id in content_ids:
-        entry_state = state.entries[content_id]
         try:
-            plan = plan_refresh(entry_state, state.fields, limits, None, urls=urls)
+            plan = plan_entry(bind, state, content_id, limits, None, keys)
         except Exception as exc:
-            plan = refresh_error(entry_state.entry, exc)
+            plan = refresh_error(state.entries[content_id].entry, exc)
         if isinstance(plan, EntryWrite):
             planned[content_id] = plan
         else:
@@ -157,56 +179,3 @@ def describe(exc: BaseException) -> str:
     text = " ".join(str(exc).split())
     cause = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
     return cause if len(cause) <= CAUSE_CHARS else cause[: CAUSE_CHARS - 1] + "…"
-
-
-def plan_refresh(
-    state: EntryState,
-    fields: list[FieldDefinition],
-    limits: Limits,
-    lease: Lease | None,
-    *,
-    urls: MediaUrls,
-) -> EntryWrite | RefreshCode:
-    """What to write for one entry, or why nothing can be. May raise ``EntryTooLarge`` or
-    ``FieldDiscoveryError`` (see ``refresh_error``)."""
-    observed = state.observed
-    if state.row is None:
-        # The entry is gone: remove its sources, but only while it stays gone.
-        return EntryWrite(remove=tuple(observed.values()), content_absent=True, lease=lease)
-    entry = state.entry
-    snapshots = build_snapshots(
-        collection_id=entry.collection_id,
-        collection_slug=entry.collection_slug,
-        fields=extraction_fields(fields),
-        row=state.row,
-        display_fields=_display_fields(fields),
-        revision=state.revision,
-        limits=limits,
-        media_urls=urls,
-    )
-    if snapshots.draft_error is not None:
-        return snapshots.draft_error
-    if _over_limits(snapshots, observed, limits):
-        return RefreshCode.RESOURCE_LIMIT
-    keep, replace = [], []
-    for snapshot in snapshots.snapshots:
-        current = observed.get(snapshot.variant)
-        if current is not None and projection.is_unchanged(snapshot, current):
-            keep.append((snapshot, current))
-        else:
-            replace.append((snapshot, current))
-    wanted = {snapshot.variant for snapshot in snapshots.snapshots}
-    unwanted = tuple(source for variant, source in observed.items() if variant not in wanted)
-    return EntryWrite(tuple(keep), tuple(replace), unwanted, lease=lease)
-
-
-def _over_limits(
-    snapshots: SnapshotSet, observed: Mapping[str, Mapping[str, Any]], limits: Limits
-) -> bool:
-    """Only projections that would be written count against the item's limits."""
-    changed = [
-        s for s in snapshots.snapshots if not projection.is_unchanged(s, observed.get(s.variant))
-    ]
-    occurrences = sum(len(s.occurrences) for s in changed)
-    size = sum(s.byte_length for s in changed)
-    return occurrences > limits.max_occurrences or size > limits.max_index_bytes

@@ -20,10 +20,9 @@ from media_usage_worker.domain.policy import Limits
 from media_usage_worker.domain.validation import split_usable
 from media_usage_worker.domain.vocabulary import CoverageStatus, ErrorCode, RefreshCode
 from media_usage_worker.pipeline.refresh import refresh_entries
-from media_usage_worker.repository import repairs
-from media_usage_worker.repository.collections import CollectionRegistry
+from media_usage_worker.repository import collections, repairs
+from media_usage_worker.repository import work_rescan as rescan
 from media_usage_worker.repository.ids import new_ulid
-from media_usage_worker.repository.work import MediaUsageWorkRepository
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
@@ -96,7 +95,7 @@ def repair_collection(
     limits: Limits | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> RepairResult:
-    collection = CollectionRegistry(engine).get(slug)
+    collection = collections.find_collection(engine, slug)
     if collection is None:
         raise CollectionNotFound(f"No collection has slug {slug!r}.")
     run_token = new_ulid()
@@ -115,10 +114,10 @@ def repair_collection(
             else:
                 tally.skipped += 1
 
-    repo = MediaUsageWorkRepository(engine)
-    repo.delete_work_through_epoch(collection.id, epoch)
+    rescan.delete_work_through_epoch(engine, collection.id, epoch)
     for content_id in unusable:
-        repo.record_unusable_content(
+        rescan.record_unusable_content(
+            engine,
             collection_id=collection.id, collection_slug=slug, content_id=content_id,
             change_epoch=epoch,
         )  # fmt: skip

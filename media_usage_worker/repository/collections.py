@@ -6,7 +6,6 @@ row and, once capture is active, its capture triggers. A half-created collection
 
 from __future__ import annotations
 
-import builtins
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -38,7 +37,7 @@ from media_usage_worker.repository.content_tables import (
     content_table_name,
     create_content_table,
 )
-from media_usage_worker.repository.db import Bind, read_transaction, transaction
+from media_usage_worker.repository.db import Bind, on_bind, read_transaction, transaction
 from media_usage_worker.repository.ids import new_ulid
 from media_usage_worker.repository.predicates import registered
 from media_usage_worker.repository.schema import (
@@ -59,125 +58,128 @@ class Collection:
     label: str
 
 
+def create_collection(
+    bind: Bind, slug: str, label: str, fields: Sequence[FieldDefinition] = ()
+) -> Collection:
+    """Create the collection, its ``ec_<slug>`` table and its status row atomically."""
+    slug = validate_collection_slug(slug)
+    label = validate_label(label)
+    definitions = validate_fields(list(fields))
+    collection = Collection(id=new_ulid(), slug=slug, label=label)
+    try:
+        with transaction(bind) as conn:
+            _assert_slug_free(conn, slug)
+            # Status row and triggers first (when capture is active): content writes into the
+            # new table fail until the registry row below makes the identity whole.
+            activation.prepare_new_collection(conn, collection.id, slug)
+            create_content_table(conn, slug, definitions)
+            activation.install_for_new_collection(conn, collection.id, slug)
+            conn.execute(
+                collections.insert().values(
+                    id=collection.id, slug=slug, label=label, created_at=db_now(),
+                    updated_at=db_now(),
+                )
+            )  # fmt: skip
+            for position, definition in enumerate(definitions):
+                conn.execute(_field_row(collection.id, definition, position))
+            activation.finish_new_collection(conn, collection.id, slug)
+    except (IntegrityError, ProgrammingError) as exc:
+        # A concurrent creator won the slug (unique key or CREATE TABLE) between our check and
+        # our write; report it the same way as the check does.
+        if find_collection(bind, slug) is not None:
+            raise CollectionExists(f"Collection {slug!r} already exists.") from exc
+        raise
+    return collection
+
+
+def create_field(bind: Bind, collection_slug: str, field: FieldDefinition) -> None:
+    """Add a field (and its column); coverage of the collection becomes stale."""
+    collection_slug = validate_collection_slug(collection_slug)
+    (definition,) = validate_fields([field])
+    with transaction(bind) as conn:
+        collection = _find(conn, collection_slug)
+        if collection is None:
+            raise CollectionNotFound(f"No collection has slug {collection_slug!r}.")
+        existing = conn.execute(
+            sa.select(fields.c.id).where(
+                fields.c.collection_id == collection.id, fields.c.slug == definition.slug
+            )
+        ).first()
+        columns = {
+            c["name"] for c in sa.inspect(conn).get_columns(content_table_name(collection_slug))
+        }
+        if existing is not None or definition.slug in columns:
+            raise FieldExists(
+                f"Collection {collection_slug!r} already has a field {definition.slug!r}."
+            )
+        position = conn.execute(
+            sa.select(sa.func.coalesce(sa.func.max(fields.c.sort_order) + 1, 0)).where(
+                fields.c.collection_id == collection.id
+            )
+        ).scalar_one()
+        conn.execute(_field_row(collection.id, definition, position))
+        add_field_column(conn, collection_slug, definition)
+        invalidate_coverage(conn, collection, ErrorCode.STALE)
+
+
+_COLLECTION = sa.select(collections.c.id, collections.c.slug, collections.c.label)
+
+
+def find_collection(bind: Bind, slug: str) -> Collection | None:
+    with read_transaction(bind) as conn:
+        return _find(conn, slug)
+
+
+def find_collection_by_id(bind: Bind, collection_id: str) -> Collection | None:
+    with read_transaction(bind) as conn:
+        row = conn.execute(_COLLECTION.where(collections.c.id == collection_id)).first()
+    return Collection(*row) if row else None
+
+
+def list_collections(bind: Bind) -> list[Collection]:
+    with read_transaction(bind) as conn:
+        rows = conn.execute(_COLLECTION.order_by(collections.c.slug)).all()
+    return [Collection(*row) for row in rows]
+
+
+def collection_fields(bind: Bind, collection_id: str) -> list[FieldDefinition]:
+    """The collection's fields in their sort order, as stored (validation JSON parsed)."""
+    with read_transaction(bind) as conn:
+        return load_fields(conn, collection_id)
+
+
+def _find(conn: sa.Connection, slug: str) -> Collection | None:
+    row = conn.execute(_COLLECTION.where(collections.c.slug == slug)).first()
+    return Collection(*row) if row else None
+
+
+def _assert_slug_free(conn: sa.Connection, slug: str) -> None:
+    if _find(conn, slug) is not None:
+        raise CollectionExists(f"Collection {slug!r} already exists.")
+    tombstone = conn.execute(
+        sa.select(collection_deletions.c.collection_id).where(
+            collection_deletions.c.collection_slug == slug
+        )
+    ).first()
+    if tombstone is not None:
+        raise CollectionExists(f"Collection {slug!r} is still being deleted.")
+    if sa.inspect(conn).has_table(content_table_name(slug)):
+        raise CollectionExists(f"Table {content_table_name(slug)!r} already exists.")
+
+
 class CollectionRegistry:
-    """Creates and reads collections; owns the registry's SQL."""
+    """The registry as one object over a bind, the API emdash's has: each method is the module
+    function above (``get`` is ``find_collection``, ``list`` is ``list_collections``)."""
 
-    def __init__(self, engine: sa.Engine) -> None:
-        self.engine = engine
+    def __init__(self, engine: Bind) -> None:
+        self.bind = self.engine = engine
 
-    def create_collection(
-        self, slug: str, label: str, fields: Sequence[FieldDefinition] = ()
-    ) -> Collection:
-        """Create the collection, its ``ec_<slug>`` table and its status row atomically."""
-        slug = validate_collection_slug(slug)
-        label = validate_label(label)
-        definitions = validate_fields(list(fields))
-        collection = Collection(id=new_ulid(), slug=slug, label=label)
-        try:
-            with self.engine.begin() as conn:
-                self._assert_slug_free(conn, slug)
-                # Status row and triggers first (when capture is active): content writes into
-                # the new table fail until the registry row below makes the identity whole.
-                activation.prepare_new_collection(conn, collection.id, slug)
-                create_content_table(conn, slug, definitions)
-                activation.install_for_new_collection(conn, collection.id, slug)
-                conn.execute(
-                    collections.insert().values(
-                        id=collection.id,
-                        slug=slug,
-                        label=label,
-                        created_at=db_now(),
-                        updated_at=db_now(),
-                    )
-                )
-                for position, definition in enumerate(definitions):
-                    conn.execute(_field_row(collection.id, definition, position))
-                activation.finish_new_collection(conn, collection.id, slug)
-        except (IntegrityError, ProgrammingError) as exc:
-            # A concurrent creator won the slug (unique key or CREATE TABLE) between our check
-            # and our write; report it the same way as the check does.
-            if self.get(slug) is not None:
-                raise CollectionExists(f"Collection {slug!r} already exists.") from exc
-            raise
-        return collection
-
-    def create_field(self, collection_slug: str, field: FieldDefinition) -> None:
-        """Add a field (and its column); coverage of the collection becomes stale."""
-        collection_slug = validate_collection_slug(collection_slug)
-        (definition,) = validate_fields([field])
-        with self.engine.begin() as conn:
-            collection = self._get(conn, collection_slug)
-            if collection is None:
-                raise CollectionNotFound(f"No collection has slug {collection_slug!r}.")
-            existing = conn.execute(
-                sa.select(fields.c.id).where(
-                    fields.c.collection_id == collection.id, fields.c.slug == definition.slug
-                )
-            ).first()
-            columns = {
-                c["name"] for c in sa.inspect(conn).get_columns(content_table_name(collection_slug))
-            }
-            if existing is not None or definition.slug in columns:
-                raise FieldExists(
-                    f"Collection {collection_slug!r} already has a field {definition.slug!r}."
-                )
-            position = conn.execute(
-                sa.select(sa.func.coalesce(sa.func.max(fields.c.sort_order) + 1, 0)).where(
-                    fields.c.collection_id == collection.id
-                )
-            ).scalar_one()
-            conn.execute(_field_row(collection.id, definition, position))
-            add_field_column(conn, collection_slug, definition)
-            invalidate_coverage(conn, collection, ErrorCode.STALE)
-
-    def get(self, slug: str) -> Collection | None:
-        with read_transaction(self.engine) as conn:
-            return self._get(conn, slug)
-
-    def get_by_id(self, collection_id: str) -> Collection | None:
-        with read_transaction(self.engine) as conn:
-            row = conn.execute(
-                sa.select(collections.c.id, collections.c.slug, collections.c.label).where(
-                    collections.c.id == collection_id
-                )
-            ).first()
-        return Collection(*row) if row else None
-
-    def list(self) -> list[Collection]:
-        with read_transaction(self.engine) as conn:
-            rows = conn.execute(
-                sa.select(collections.c.id, collections.c.slug, collections.c.label).order_by(
-                    collections.c.slug
-                )
-            ).all()
-        return [Collection(*row) for row in rows]
-
-    def fields(self, collection_id: str) -> builtins.list[FieldDefinition]:
-        """The collection's fields in their sort order, as stored (validation JSON parsed)."""
-        with read_transaction(self.engine) as conn:
-            return load_fields(conn, collection_id)
-
-    @staticmethod
-    def _get(conn: sa.Connection, slug: str) -> Collection | None:
-        row = conn.execute(
-            sa.select(collections.c.id, collections.c.slug, collections.c.label).where(
-                collections.c.slug == slug
-            )
-        ).first()
-        return Collection(*row) if row else None
-
-    def _assert_slug_free(self, conn: sa.Connection, slug: str) -> None:
-        if self._get(conn, slug) is not None:
-            raise CollectionExists(f"Collection {slug!r} already exists.")
-        tombstone = conn.execute(
-            sa.select(collection_deletions.c.collection_id).where(
-                collection_deletions.c.collection_slug == slug
-            )
-        ).first()
-        if tombstone is not None:
-            raise CollectionExists(f"Collection {slug!r} is still being deleted.")
-        if sa.inspect(conn).has_table(content_table_name(slug)):
-            raise CollectionExists(f"Table {content_table_name(slug)!r} already exists.")
+    create_collection = on_bind(create_collection)
+    create_field = on_bind(create_field)
+    get = on_bind(find_collection)
+    get_by_id = on_bind(find_collection_by_id)
+    list = on_bind(list_collections)
+    fields = on_bind(collection_fields)
 
 
 def load_fields(conn: sa.Connection, collection_id: str) -> list[FieldDefinition]:
@@ -278,14 +280,10 @@ def invalidate_coverage(conn: sa.Connection, collection: Collection, code: Error
 
 def collection_by_slug(conn: sa.Connection, slug: str) -> Collection:
     """The registered collection ``slug``, read in the caller's transaction."""
-    row = conn.execute(
-        sa.select(collections.c.id, collections.c.slug, collections.c.label).where(
-            collections.c.slug == slug
-        )
-    ).first()
-    if row is None:
+    collection = _find(conn, slug)
+    if collection is None:
         raise CollectionNotFound(f"No collection has slug {slug!r}.")
-    return Collection(*row)
+    return collection
 
 
 def request_reindex(bind: Bind, slug: str) -> int:

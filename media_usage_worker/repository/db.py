@@ -14,11 +14,12 @@ one reconnect instead of one failed task.
 from __future__ import annotations
 
 import contextlib
+import functools
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy import event
@@ -235,3 +236,18 @@ def read_transaction(bind: Bind) -> Iterator[sa.Connection]:
             yield bind
     finally:
         bind.execution_options(**{_READ_ONLY: False})
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def on_bind(statement: Callable[Concatenate[Bind, P], R]) -> Callable[Concatenate[Any, P], R]:
+    """A method that runs the module function ``statement`` over the object's bind: how the
+    public objects (the work repository, the collection registry) stay thin adapters."""
+
+    @functools.wraps(statement)
+    def method(self: Any, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return statement(self.bind, *args, **kwargs)
+
+    return method

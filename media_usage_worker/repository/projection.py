@@ -8,14 +8,20 @@ write side, which promotes what was extracted from this read, is ``repository.so
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 import sqlalchemy as sa
 
 from media_usage_worker.domain.content_model import FieldDefinition
-from media_usage_worker.domain.snapshots import ContentEntry, Revision, Snapshot, source_key
+from media_usage_worker.domain.refresh_plan import (
+    MATCH_COLUMNS,
+    REVISION_COLUMN,
+    CollectionState,
+    EntryState,
+    is_unchanged,
+)
+from media_usage_worker.domain.snapshots import ContentEntry, Revision, source_key
 from media_usage_worker.repository.collections import load_fields
 from media_usage_worker.repository.content_tables import content_columns
 from media_usage_worker.repository.db import Bind, read_transaction
@@ -25,46 +31,23 @@ from media_usage_worker.repository.rules import read_media_url_prefixes
 from media_usage_worker.repository.schema import collections, media, revisions, sources
 
 s = sources.c
-MATCH_COLUMNS = (
-    "current_generation",
-    "source_completeness",
-    "collection_id",
-    "updated_at",
-    "source_fingerprint",
-    "source_updated_at",
-    "source_version",
-    "identity_version",
-    "revision_id",
-    "last_attempted_at",
-    "last_error_code",
-)
 SYSTEM_COLUMNS = (
     "id", "slug", "status", "created_at", "updated_at", "published_at", "scheduled_at",
     "deleted_at", "version", "live_revision_id", "draft_revision_id", "locale",
     "translation_group",
 )  # fmt: skip
-REVISION_COLUMN = {"columns": "live_revision_id", "draft_overlay": "draft_revision_id"}
+__all__ = [
+    "CONTENT_LOCK_TIMEOUT_MS",
+    "MATCH_COLUMNS",
+    "REVISION_COLUMN",
+    "SYSTEM_COLUMNS",
+    "CollectionState",
+    "EntryState",
+    "is_unchanged",
+    "media_ids_by_storage_keys",
+    "read_entries",
+]
 _KEYS = RowSet("source_keys", (("source_key", sa.Text()),))
-
-
-@dataclass(frozen=True)
-class EntryState:
-    """What one refresh reads: the entry (``None`` if gone), its draft and its source rows."""
-
-    entry: ContentEntry
-    row: dict[str, Any] | None
-    revision: Revision | None
-    observed: dict[str, dict[str, Any]]  # the entry's source rows by variant
-
-
-@dataclass(frozen=True)
-class CollectionState:
-    """One consistent read of a collection's fields and of some of its entries."""
-
-    fields: list[FieldDefinition]
-    present: bool  # the collection is still registered with this id and slug
-    entries: dict[str, EntryState]  # by content id
-    media_url_prefixes: tuple[str, ...] = ()
 
 
 def read_entries(
@@ -109,18 +92,6 @@ def read_entries(
 
 CONTENT_LOCK_TIMEOUT_MS = 5000
 _CONTENT_LOCK_TIMEOUT = sa.text(f"SET LOCAL lock_timeout = {CONTENT_LOCK_TIMEOUT_MS}")
-# The lowest id of a media item stored under the key (keys are unique in practice; the choice
-# is stable when they are not).
-_MEDIA_BY_STORAGE_KEY = sa.select(sa.func.min(media.c.id)).where(
-    media.c.storage_key == sa.bindparam("storage_key")
-)
-
-
-def media_id_by_storage_key(bind: Bind, storage_key: str) -> str | None:
-    """The id of the media item whose file is ``storage_key``; ``None`` when none is."""
-    with read_transaction(bind) as conn:
-        found = conn.execute(_MEDIA_BY_STORAGE_KEY, {"storage_key": storage_key}).scalar()
-    return found if isinstance(found, str) else None
 
 
 def _content_rows(
@@ -178,11 +149,15 @@ def _observed_sources_statement(dialect: str) -> sa.Select[Any]:
     return sa.select(sources).where(_KEYS.contains(dialect, s.source_key, "source_key"))
 
 
-def is_unchanged(snapshot: Snapshot, observed: Mapping[str, Any] | None) -> bool:
-    """Same fingerprint, complete and error-free: writing it again would change nothing."""
-    return (
-        observed is not None
-        and observed["source_fingerprint"] == snapshot.fingerprint
-        and observed["source_completeness"] == "complete"
-        and observed["last_error_code"] is None
+def media_ids_by_storage_keys(bind: Bind, storage_keys: Collection[str]) -> dict[str, str]:
+    """The id of the media item whose file is each storage key, in one statement; keys no item
+    has are left out. Keys are unique in practice; where not, the lowest id is the stable pick."""
+    if not storage_keys:
+        return {}
+    statement = (
+        sa.select(media.c.storage_key, sa.func.min(media.c.id))
+        .where(media.c.storage_key.in_(sorted(storage_keys)))
+        .group_by(media.c.storage_key)
     )
+    with read_transaction(bind) as conn:
+        return {key: media_id for key, media_id in conn.execute(statement).all()}

@@ -16,7 +16,7 @@ from media_usage_worker.domain.sample_content import (
     SampleEntry,
     media_library,
 )
-from media_usage_worker.repository.collections import CollectionRegistry
+from media_usage_worker.repository import collections
 from media_usage_worker.repository.content_tables import content_columns
 from media_usage_worker.repository.db import Bind, transaction
 from media_usage_worker.repository.rules import declare_reference_path
@@ -26,11 +26,10 @@ from media_usage_worker.repository.schema import media, revisions
 def create_sample_collections(bind: sa.Engine) -> list[str]:
     """Register the sample collections, their declared reference paths and the media library
     items their entries reference, those that do not exist yet; returns every sample slug."""
-    registry = CollectionRegistry(bind)
-    existing = {c.slug for c in registry.list()}
+    existing = {c.slug for c in collections.list_collections(bind)}
     for slug, fields in COLLECTIONS.items():
         if slug not in existing:
-            registry.create_collection(slug, slug.title(), fields)
+            collections.create_collection(bind, slug, slug.title(), fields)
         for path in DECLARED_PATHS.get(slug, ()):
             declare_reference_path(bind, slug, parse_reference_path(path))
     with transaction(bind) as conn:

@@ -22,6 +22,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from media_usage_worker.domain.refresh_plan import MATCH_COLUMNS, REVISION_COLUMN, EntryWrite
 from media_usage_worker.domain.snapshots import Snapshot
 from media_usage_worker.domain.work import Lease
 from media_usage_worker.repository.clock import db_now
@@ -34,11 +35,11 @@ from media_usage_worker.repository.predicates import (
     lease_holds_row,
     registered,
 )
-from media_usage_worker.repository.projection import MATCH_COLUMNS, REVISION_COLUMN
 from media_usage_worker.repository.row_sets import RowSet
 from media_usage_worker.repository.schema import collections, occurrences, sources, work
 from media_usage_worker.repository.upsert import insert_factory_for
 
+__all__ = ["EntryWrite", "apply_writes", "write_entries", "write_entry"]
 s = sources.c
 _LEASE_COLUMNS = (
     ("l_collection_id", sa.Text()),
@@ -60,24 +61,6 @@ _OCCURRENCE_COLUMNS = (
 _OCCURRENCES = RowSet(
     "occurrence_rows", tuple((n, occurrences.c[n].type) for n in _OCCURRENCE_COLUMNS)
 )
-
-
-@dataclass(frozen=True)
-class EntryWrite:
-    """What one entry's refresh writes (``apply_writes``).
-
-    Every part keeps its own compare-and-set: an unchanged source must still be exactly as read,
-    a new generation is promoted only over the source row that was read and while the content
-    row is still the version the snapshot came from, a removal only while the source is as
-    read (and, with ``content_absent``, while the entry stays gone). With ``lease`` every
-    statement also needs that work lease to still hold its row.
-    """
-
-    keep: tuple[tuple[Snapshot, Mapping[str, Any]], ...] = ()
-    replace: tuple[tuple[Snapshot, Mapping[str, Any] | None], ...] = ()
-    remove: tuple[Mapping[str, Any], ...] = ()
-    content_absent: bool = False
-    lease: Lease | None = None
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from media_usage_worker.repository.row_sets import RowSet
 from media_usage_worker.repository.schema import collections, work
 from media_usage_worker.repository.source_writes import EntryWrite, apply_writes
 from media_usage_worker.repository.stored_text import StoredText
-from media_usage_worker.repository.work_rows import WorkTable, current_identity, to_record, w
+from media_usage_worker.repository.work_rows import current_identity, to_record, w
 
 # The two statements every item runs are built once, with bound parameters only: building a
 # Core statement per call cost more Python time than the database spent executing it.
@@ -100,223 +100,225 @@ def due_query(state: WorkState, limit: int) -> sa.Select[Any]:
     return _due_page_statement(state, False).params(d_limit=limit)
 
 
-class ProcessingWork(WorkTable):
-    def find_due_work(self, limit: int) -> list[WorkRecord]:
-        """Up to ``limit`` due items in eligibility order (pending, retry, expired leases)."""
-        limit = check.due_limit(limit)
-        with read_transaction(self.bind) as conn:
-            rows = [row for state in DUE_STATES for row in conn.execute(due_query(state, limit))]
-        return sorted((to_record(row) for row in rows), key=due_order)[:limit]
+def find_due_work(bind: Bind, limit: int) -> list[WorkRecord]:
+    """Up to ``limit`` due items in eligibility order (pending, retry, expired leases)."""
+    limit = check.due_limit(limit)
+    with read_transaction(bind) as conn:
+        rows = [row for state in DUE_STATES for row in conn.execute(due_query(state, limit))]
+    return sorted((to_record(row) for row in rows), key=due_order)[:limit]
 
-    def find_due_page(
-        self, state: WorkState, limit: int, after: WorkRecord | None = None
-    ) -> list[WorkRecord]:
-        """One keyset page of due rows of one state, in that state's index order.
 
-        The tick walks pages with this so a large backlog costs index range scans, never
-        OFFSETs; ``after`` is the last record of the previous page.
-        """
-        if state not in DUE_STATES:
-            raise InvalidArgument("Due pages exist for pending, retry and leased work only.")
-        params: dict[str, Any] = {"d_limit": check.due_limit(limit)}
-        if after is not None:
-            params |= {f"d_{name}": getattr(after, name) for name in _due_order(state)}
-        query = _due_page_statement(state, after is not None)
-        with read_transaction(self.bind) as conn:
-            return [to_record(row) for row in conn.execute(query, params)]
+def find_due_page(
+    bind: Bind, state: WorkState, limit: int, after: WorkRecord | None = None
+) -> list[WorkRecord]:
+    """One keyset page of due rows of one state, in that state's index order.
 
-    def oldest_due(self) -> tuple[str, str | None]:
-        """The database's now and the earliest due time of any due row (``None`` if none)."""
-        # One state per query: min() over a single state's index range is its first entry,
-        # while an IN list makes the database aggregate every due row (slow with a backlog).
-        candidates = [
-            sa.select(sa.func.min(w.next_attempt_at)).where(
-                w.state == state, is_due(w.next_attempt_at)
+    The tick walks pages with this so a large backlog costs index range scans, never
+    OFFSETs; ``after`` is the last record of the previous page.
+    """
+    if state not in DUE_STATES:
+        raise InvalidArgument("Due pages exist for pending, retry and leased work only.")
+    params: dict[str, Any] = {"d_limit": check.due_limit(limit)}
+    if after is not None:
+        params |= {f"d_{name}": getattr(after, name) for name in _due_order(state)}
+    query = _due_page_statement(state, after is not None)
+    with read_transaction(bind) as conn:
+        return [to_record(row) for row in conn.execute(query, params)]
+
+
+def oldest_due(bind: Bind) -> tuple[str, str | None]:
+    """The database's now and the earliest due time of any due row (``None`` if none)."""
+    # One state per query: min() over a single state's index range is its first entry,
+    # while an IN list makes the database aggregate every due row (slow with a backlog).
+    candidates = [
+        sa.select(sa.func.min(w.next_attempt_at)).where(w.state == state, is_due(w.next_attempt_at))
+        for state in (WorkState.PENDING, WorkState.RETRY)
+    ] + [
+        sa.select(sa.func.min(w.lease_expires_at)).where(
+            w.state == WorkState.LEASED, is_due(w.lease_expires_at)
+        ),
+    ]
+    with read_transaction(bind) as conn:
+        now = conn.execute(sa.select(db_now())).scalar_one()
+        found = [conn.execute(q).scalar_one_or_none() for q in candidates]
+    due = [value for value in found if value is not None]
+    return now, min(due) if due else None
+
+
+def settle_unusable_work(bind: Bind, record: WorkRecord, error_code: ErrorCode) -> Outcome:
+    """Settle a claimable item whose content id cannot be used (``is_usable_identifier``).
+
+    Such an item is never claimed, sent or indexed. If its entry is gone it is obsolete
+    (deleted); otherwise it fails at once with ``error_code``. Returns ``OBSOLETE``,
+    ``FAILED``, or ``SUPERSEDED`` when the row moved on since it was read.
+    """
+    code = check.error_code(error_code)
+    content = content_columns(record.collection_slug)
+    # The id is bound through StoredText (column types), so a SQLite id that is not UTF-8
+    # is matched byte for byte.
+    this_item = [
+        w.collection_id == record.collection_id,
+        w.content_id == record.content_id,
+        w.work_version == record.work_version,
+        _CLAIMABLE,
+    ]
+    entry_gone = ~sa.exists(sa.select(1).where(content.c.id == w.content_id))
+    with transaction(bind) as conn:
+        if conn.execute(work.delete().where(*this_item, entry_gone)).rowcount:
+            return Outcome.OBSOLETE
+        failed = conn.execute(
+            work.update()
+            .where(*this_item)
+            .values(
+                state=WorkState.FAILED, attempt_count=w.attempt_count + 1, lease_token=None,
+                lease_expires_at=None, last_attempted_at=db_now(), last_error_code=code,
+                updated_at=db_now(),
             )
-            for state in (WorkState.PENDING, WorkState.RETRY)
-        ] + [
-            sa.select(sa.func.min(w.lease_expires_at)).where(
-                w.state == WorkState.LEASED, is_due(w.lease_expires_at)
+        ).rowcount  # fmt: skip
+    return Outcome.FAILED if failed else Outcome.SUPERSEDED
+
+
+def find_work_for_content(bind: Bind, collection_slug: str, content_id: str) -> WorkRecord | None:
+    message = "Media usage work lookup requires collection and content identity."
+    check.identifier(collection_slug, message)
+    check.identifier(content_id, message)
+    with read_transaction(bind) as conn:
+        row = conn.execute(
+            sa.select(work)
+            .join(collections, current_identity)
+            .where(w.collection_slug == collection_slug, w.content_id == content_id)
+        ).first()
+    return None if row is None else to_record(row)
+
+
+def claim_work(
+    bind: Bind,
+    *,
+    collection_id: str,
+    content_id: str,
+    work_version: int | str,
+    lease_duration_seconds: int,
+) -> WorkRecord | None:
+    """Lease the row at exactly this version if it is due; ``None`` when someone else has it."""
+    collection_id, content_id = check.identity(collection_id, content_id)
+    version = check.work_version(work_version)
+    duration = check.duration_seconds(lease_duration_seconds, "lease duration", allow_zero=False)
+    params = {
+        "p_collection_id": collection_id,
+        "p_content_id": content_id,
+        "p_work_version": version,
+        "p_duration": duration,
+        "p_lease_token": new_ulid(),
+    }
+    with transaction(bind) as conn:
+        row = conn.execute(_CLAIM, params).first()
+    return None if row is None else to_record(row)
+
+
+def complete_work(
+    bind: Bind, *, collection_id: str, content_id: str, work_version: int | str, lease_token: str
+) -> bool:
+    """Delete the row if this lease still holds it; ``False`` means the holder was fenced."""
+    params = _lease_params(collection_id, content_id, work_version, lease_token)
+    with transaction(bind) as conn:
+        return conn.execute(_COMPLETE, params).rowcount > 0
+
+
+def retry_work(
+    bind: Bind,
+    *,
+    collection_id: str,
+    content_id: str,
+    work_version: int | str,
+    lease_token: str,
+    retry_delay_seconds: int,
+    error_code: str,
+) -> bool:
+    delay = check.duration_seconds(retry_delay_seconds, "retry delay", allow_zero=True)
+    code = check.error_code(error_code)
+    params = _lease_params(collection_id, content_id, work_version, lease_token)
+    return _transition_failure(bind, params, WorkState.RETRY, code, next_attempt_at=db_now(delay))
+
+
+def fail_work(
+    bind: Bind,
+    *,
+    collection_id: str,
+    content_id: str,
+    work_version: int | str,
+    lease_token: str,
+    error_code: str,
+) -> bool:
+    code = check.error_code(error_code)
+    params = _lease_params(collection_id, content_id, work_version, lease_token)
+    return _transition_failure(bind, params, WorkState.FAILED, code)
+
+
+def release_work(
+    bind: Bind, *, collection_id: str, content_id: str, work_version: int | str, lease_token: str
+) -> bool:
+    """Give a live lease back without charging an attempt: due again at once, as it was
+    before the claim (``retry`` if it had failed before, else ``pending``). For an item
+    that was claimed but never started because a batch-mate ran out of time."""
+    params = _lease_params(collection_id, content_id, work_version, lease_token)
+    statement = (
+        work.update()
+        .where(*_LIVE_LEASE)
+        .values(
+            state=sa.case(
+                (w.attempt_count > 0, WorkState.RETRY.value), else_=WorkState.PENDING.value
             ),
-        ]
-        with read_transaction(self.bind) as conn:
-            now = conn.execute(sa.select(db_now())).scalar_one()
-            found = [conn.execute(q).scalar_one_or_none() for q in candidates]
-        due = [value for value in found if value is not None]
-        return now, min(due) if due else None
-
-    def settle_unusable_work(self, record: WorkRecord, error_code: ErrorCode) -> Outcome:
-        """Settle a claimable item whose content id cannot be used (``is_usable_identifier``).
-
-        Such an item is never claimed, sent or indexed. If its entry is gone it is obsolete
-        (deleted); otherwise it fails at once with ``error_code``. Returns ``OBSOLETE``,
-        ``FAILED``, or ``SUPERSEDED`` when the row moved on since it was read.
-        """
-        code = check.error_code(error_code)
-        content = content_columns(record.collection_slug)
-        # The id is bound through StoredText (column types), so a SQLite id that is not UTF-8
-        # is matched byte for byte.
-        this_item = [
-            w.collection_id == record.collection_id,
-            w.content_id == record.content_id,
-            w.work_version == record.work_version,
-            _CLAIMABLE,
-        ]
-        entry_gone = ~sa.exists(sa.select(1).where(content.c.id == w.content_id))
-        with transaction(self.bind) as conn:
-            if conn.execute(work.delete().where(*this_item, entry_gone)).rowcount:
-                return Outcome.OBSOLETE
-            failed = conn.execute(
-                work.update()
-                .where(*this_item)
-                .values(
-                    state=WorkState.FAILED, attempt_count=w.attempt_count + 1, lease_token=None,
-                    lease_expires_at=None, last_attempted_at=db_now(), last_error_code=code,
-                    updated_at=db_now(),
-                )
-            ).rowcount  # fmt: skip
-        return Outcome.FAILED if failed else Outcome.SUPERSEDED
-
-    def find_work_for_content(self, collection_slug: str, content_id: str) -> WorkRecord | None:
-        message = "Media usage work lookup requires collection and content identity."
-        check.identifier(collection_slug, message)
-        check.identifier(content_id, message)
-        with read_transaction(self.bind) as conn:
-            row = conn.execute(
-                sa.select(work)
-                .join(collections, current_identity)
-                .where(w.collection_slug == collection_slug, w.content_id == content_id)
-            ).first()
-        return None if row is None else to_record(row)
-
-    def claim_work(
-        self,
-        *,
-        collection_id: str,
-        content_id: str,
-        work_version: int | str,
-        lease_duration_seconds: int,
-    ) -> WorkRecord | None:
-        """Lease the row at exactly this version if it is due; ``None`` when someone else has it."""
-        collection_id, content_id = check.identity(collection_id, content_id)
-        version = check.work_version(work_version)
-        duration = check.duration_seconds(
-            lease_duration_seconds, "lease duration", allow_zero=False
+            lease_token=None,
+            lease_expires_at=None,
+            next_attempt_at=db_now(),
+            updated_at=db_now(),
         )
-        params = {
-            "p_collection_id": collection_id,
-            "p_content_id": content_id,
-            "p_work_version": version,
-            "p_duration": duration,
-            "p_lease_token": new_ulid(),
-        }
-        with transaction(self.bind) as conn:
-            row = conn.execute(_CLAIM, params).first()
-        return None if row is None else to_record(row)
+    )
+    with transaction(bind) as conn:
+        return conn.execute(statement, params).rowcount > 0
 
-    def complete_work(
-        self, *, collection_id: str, content_id: str, work_version: int | str, lease_token: str
-    ) -> bool:
-        """Delete the row if this lease still holds it; ``False`` means the holder was fenced."""
-        params = _lease_params(collection_id, content_id, work_version, lease_token)
-        with transaction(self.bind) as conn:
-            return conn.execute(_COMPLETE, params).rowcount > 0
 
-    def retry_work(
-        self,
-        *,
-        collection_id: str,
-        content_id: str,
-        work_version: int | str,
-        lease_token: str,
-        retry_delay_seconds: int,
-        error_code: str,
-    ) -> bool:
-        delay = check.duration_seconds(retry_delay_seconds, "retry delay", allow_zero=True)
-        code = check.error_code(error_code)
-        params = _lease_params(collection_id, content_id, work_version, lease_token)
-        return self._transition_failure(
-            params, WorkState.RETRY, code, next_attempt_at=db_now(delay)
-        )
-
-    def fail_work(
-        self,
-        *,
-        collection_id: str,
-        content_id: str,
-        work_version: int | str,
-        lease_token: str,
-        error_code: str,
-    ) -> bool:
-        code = check.error_code(error_code)
-        params = _lease_params(collection_id, content_id, work_version, lease_token)
-        return self._transition_failure(params, WorkState.FAILED, code)
-
-    def release_work(
-        self, *, collection_id: str, content_id: str, work_version: int | str, lease_token: str
-    ) -> bool:
-        """Give a live lease back without charging an attempt: due again at once, as it was
-        before the claim (``retry`` if it had failed before, else ``pending``). For an item
-        that was claimed but never started because a batch-mate ran out of time."""
-        params = _lease_params(collection_id, content_id, work_version, lease_token)
-        statement = (
+def extend_lease(
+    bind: Bind,
+    *,
+    collection_id: str,
+    content_id: str,
+    work_version: int | str,
+    lease_token: str,
+    lease_duration_seconds: int,
+) -> str | None:
+    """Heartbeat: push a live lease's expiry to now + duration; ``None`` once it is lost."""
+    duration = check.duration_seconds(lease_duration_seconds, "lease duration", allow_zero=False)
+    params = _lease_params(collection_id, content_id, work_version, lease_token)
+    with transaction(bind) as conn:
+        expiry: str | None = conn.execute(
             work.update()
             .where(*_LIVE_LEASE)
-            .values(
-                state=sa.case(
-                    (w.attempt_count > 0, WorkState.RETRY.value), else_=WorkState.PENDING.value
-                ),
-                lease_token=None,
-                lease_expires_at=None,
-                next_attempt_at=db_now(),
-                updated_at=db_now(),
-            )
-        )
-        with transaction(self.bind) as conn:
-            return conn.execute(statement, params).rowcount > 0
+            .values(lease_expires_at=db_now(duration))
+            .returning(w.lease_expires_at),
+            params,
+        ).scalar_one_or_none()
+    return expiry
 
-    def extend_lease(
-        self,
-        *,
-        collection_id: str,
-        content_id: str,
-        work_version: int | str,
-        lease_token: str,
-        lease_duration_seconds: int,
-    ) -> str | None:
-        """Heartbeat: push a live lease's expiry to now + duration; ``None`` once it is lost."""
-        duration = check.duration_seconds(
-            lease_duration_seconds, "lease duration", allow_zero=False
-        )
-        params = _lease_params(collection_id, content_id, work_version, lease_token)
-        with transaction(self.bind) as conn:
-            expiry: str | None = conn.execute(
-                work.update()
-                .where(*_LIVE_LEASE)
-                .values(lease_expires_at=db_now(duration))
-                .returning(w.lease_expires_at),
-                params,
-            ).scalar_one_or_none()
-        return expiry
 
-    def _transition_failure(
-        self, params: dict[str, Any], state: WorkState, code: str, **extra: Any
-    ) -> bool:
-        statement = (
-            work.update()
-            .where(*_LIVE_LEASE)
-            .values(
-                state=state,
-                attempt_count=w.attempt_count + 1,
-                lease_token=None,
-                lease_expires_at=None,
-                last_error_code=code,
-                updated_at=db_now(),
-                **extra,
-            )
+def _transition_failure(
+    bind: Bind, params: dict[str, Any], state: WorkState, code: str, **extra: Any
+) -> bool:
+    statement = (
+        work.update()
+        .where(*_LIVE_LEASE)
+        .values(
+            state=state,
+            attempt_count=w.attempt_count + 1,
+            lease_token=None,
+            lease_expires_at=None,
+            last_error_code=code,
+            updated_at=db_now(),
+            **extra,
         )
-        with transaction(self.bind) as conn:
-            return conn.execute(statement, params).rowcount > 0
+    )
+    with transaction(bind) as conn:
+        return conn.execute(statement, params).rowcount > 0
 
 
 # A batch names its rows by (content id, work version) in one JSON parameter: one statement
@@ -372,45 +374,35 @@ def _batch_params(
     return {"b_collection_id": collection_id, **_VERSIONS.bind(versions), **extra}
 
 
-class BatchWork(WorkTable):
-    """A batch of one collection's items under one lease token: one statement per step."""
+def claim_batch(
+    bind: Bind, collection_id: str, versions: Sequence[tuple[str, int]], lease_duration_seconds: int
+) -> list[WorkRecord]:
+    """Lease every row at exactly its version that is due (as ``claim_work`` would); rows
+    that do not qualify are left alone and missing from the result."""
+    check.identifier(collection_id, "A batch claim requires a collection ID.")
+    duration = check.duration_seconds(lease_duration_seconds, "lease duration", allow_zero=False)
+    if not versions:
+        return []
+    params = _batch_params(collection_id, versions, b_lease_token=new_ulid(), b_duration=duration)
+    with transaction(bind) as conn:
+        claim = _batch_statements(conn.dialect.name)["claim"]
+        return [to_record(row) for row in conn.execute(claim, params)]
 
-    def claim_batch(
-        self, collection_id: str, versions: Sequence[tuple[str, int]], lease_duration_seconds: int
-    ) -> list[WorkRecord]:
-        """Lease every row at exactly its version that is due (as ``claim_work`` would); rows
-        that do not qualify are left alone and missing from the result."""
-        check.identifier(collection_id, "A batch claim requires a collection ID.")
-        duration = check.duration_seconds(
-            lease_duration_seconds, "lease duration", allow_zero=False
-        )
-        if not versions:
-            return []
-        params = _batch_params(
-            collection_id, versions, b_lease_token=new_ulid(), b_duration=duration
-        )
-        with transaction(self.bind) as conn:
-            claim = _batch_statements(conn.dialect.name)["claim"]
-            return [to_record(row) for row in conn.execute(claim, params)]
 
-    def extend_batch_lease(
-        self,
-        collection_id: str,
-        lease_token: str,
-        versions: Sequence[tuple[str, int]],
-        lease_duration_seconds: int,
-    ) -> int:
-        """Renew every row the batch still holds; returns how many it still holds."""
-        duration = check.duration_seconds(
-            lease_duration_seconds, "lease duration", allow_zero=False
-        )
-        params = _batch_params(
-            collection_id, versions, b_lease_token=lease_token, b_duration=duration
-        )
-        with transaction(self.bind) as conn:
-            renew = _batch_statements(conn.dialect.name)["renew"]
-            renewed: int = conn.execute(renew, params).rowcount
-        return renewed
+def extend_batch_lease(
+    bind: Bind,
+    collection_id: str,
+    lease_token: str,
+    versions: Sequence[tuple[str, int]],
+    lease_duration_seconds: int,
+) -> int:
+    """Renew every row the batch still holds; returns how many it still holds."""
+    duration = check.duration_seconds(lease_duration_seconds, "lease duration", allow_zero=False)
+    params = _batch_params(collection_id, versions, b_lease_token=lease_token, b_duration=duration)
+    with transaction(bind) as conn:
+        renew = _batch_statements(conn.dialect.name)["renew"]
+        renewed: int = conn.execute(renew, params).rowcount
+    return renewed
 
 
 def complete_batch_in(

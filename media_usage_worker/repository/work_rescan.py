@@ -13,7 +13,7 @@ from media_usage_worker.domain.vocabulary import (
     WorkState,
 )
 from media_usage_worker.repository.clock import db_now, is_live_by_text
-from media_usage_worker.repository.db import transaction
+from media_usage_worker.repository.db import Bind, transaction
 from media_usage_worker.repository.predicates import (
     active_status_row,
     being_deleted,
@@ -22,8 +22,8 @@ from media_usage_worker.repository.predicates import (
 )
 from media_usage_worker.repository.schema import index_status, reconciliations, work
 from media_usage_worker.repository.stored_text import StoredText
+from media_usage_worker.repository.upsert import insert_factory
 from media_usage_worker.repository.work_rows import (
-    WorkTable,
     new_pending_columns,
     reset_to_pending,
     text,
@@ -61,93 +61,99 @@ def _run_owns(
     )
 
 
-class RescanWork(WorkTable):
-    def enqueue_reconciliation_page(
-        self,
-        *,
-        collection_id: str,
-        collection_slug: str,
-        run_token: str,
-        lease_token: str,
-        change_epoch: int | str,
-        phase: str,
-        content_ids: list[str] | tuple[str, ...],
-    ) -> None:
-        """Enqueue up to 50 entries at the run's epoch, only while this run still owns it."""
-        message = "Reconciliation enqueue requires exact collection and lease identity."
-        for value in (collection_id, collection_slug, run_token, lease_token):
-            check.identifier(value, message)
-        epoch = check.change_epoch(change_epoch)
-        checked_phase = check.reconciliation_phase(phase)
-        ids = check.reconciliation_content_ids(content_ids)
+def enqueue_reconciliation_page(
+    bind: Bind,
+    *,
+    collection_id: str,
+    collection_slug: str,
+    run_token: str,
+    lease_token: str,
+    change_epoch: int | str,
+    phase: str,
+    content_ids: list[str] | tuple[str, ...],
+) -> None:
+    """Enqueue up to 50 entries at the run's epoch, only while this run still owns it."""
+    message = "Reconciliation enqueue requires exact collection and lease identity."
+    for value in (collection_id, collection_slug, run_token, lease_token):
+        check.identifier(value, message)
+    epoch = check.change_epoch(change_epoch)
+    checked_phase = check.reconciliation_phase(phase)
+    ids = check.reconciliation_content_ids(content_ids)
 
-        page = (
-            sa.values(sa.column("content_id", sa.Text), name="page")
-            .data([(i,) for i in ids])
-            .cte("page")
+    page = (
+        sa.values(sa.column("content_id", sa.Text), name="page")
+        .data([(i,) for i in ids])
+        .cte("page")
+    )
+    owner_guard = _run_owns(
+        collection_id, collection_slug, run_token, lease_token, epoch, checked_phase
+    )
+    source = sa.select(
+        *new_pending_columns(
+            text(collection_id),
+            text(collection_slug),
+            page.c.content_id,
+            sa.literal(epoch, sa.BigInteger),
         )
-        owner_guard = _run_owns(
-            collection_id, collection_slug, run_token, lease_token, epoch, checked_phase
-        )
-        source = sa.select(
-            *new_pending_columns(
-                text(collection_id),
-                text(collection_slug),
-                page.c.content_id,
-                sa.literal(epoch, sa.BigInteger),
-            )
-        ).where(owner_guard)
-        insert = self._insert(work).from_select([c.name for c in work.c], source)
-        # Conflict: same reset as the capture trigger, but never over newer-epoch work.
-        statement = insert.on_conflict_do_update(
-            index_elements=[w.collection_id, w.content_id],
-            set_={
-                "collection_slug": insert.excluded.collection_slug,
-                "work_version": w.work_version + 1,
-                **reset_to_pending(insert.excluded.change_epoch),
-                "next_attempt_at": insert.excluded.next_attempt_at,
-                "updated_at": insert.excluded.updated_at,
-            },
-            where=w.change_epoch < insert.excluded.change_epoch,
-        )
-        with transaction(self.bind) as conn:
-            conn.execute(statement)
+    ).where(owner_guard)
+    insert = insert_factory(bind)(work).from_select([c.name for c in work.c], source)
+    # Conflict: same reset as the capture trigger, but never over newer-epoch work.
+    statement = insert.on_conflict_do_update(
+        index_elements=[w.collection_id, w.content_id],
+        set_={
+            "collection_slug": insert.excluded.collection_slug,
+            "work_version": w.work_version + 1,
+            **reset_to_pending(insert.excluded.change_epoch),
+            "next_attempt_at": insert.excluded.next_attempt_at,
+            "updated_at": insert.excluded.updated_at,
+        },
+        where=w.change_epoch < insert.excluded.change_epoch,
+    )
+    with transaction(bind) as conn:
+        conn.execute(statement)
 
-    def record_unusable_content(
-        self, *, collection_id: str, collection_slug: str, content_id: str, change_epoch: int,
-        error_code: ErrorCode = ErrorCode.UNUSABLE_CONTENT_ID,
-    ) -> bool:  # fmt: skip
-        """A failed row for an entry a rescan found with an unusable id, unless it has a row.
 
-        The reconciliation scan and repair read such ids; they cannot be enqueued as work
-        (nothing could claim them), so they are written as failed work for ``work list``.
-        """
-        code = check.error_code(error_code)
-        epoch = check.change_epoch(change_epoch)
-        row = sa.select(
-            text(collection_id).label("collection_id"),
-            text(collection_slug).label("collection_slug"),
-            sa.literal(content_id, StoredText).label("content_id"),
-            sa.literal(epoch, sa.BigInteger).label("change_epoch"),
-            sa.literal(1, sa.BigInteger).label("work_version"),
-            sa.literal(WorkState.FAILED.value).label("state"),
-            sa.literal(1).label("attempt_count"),
-            db_now().label("next_attempt_at"),
-            db_now().label("last_attempted_at"),
-            sa.literal(code).label("last_error_code"),
-            db_now().label("created_at"),
-            db_now().label("updated_at"),
-        ).where(registered(collection_id, collection_slug))
-        names = [c.name for c in row.selected_columns]
-        insert = self._insert(work).from_select(names, row).on_conflict_do_nothing()
-        with transaction(self.bind) as conn:
-            return conn.execute(insert).rowcount > 0
+def record_unusable_content(
+    bind: Bind,
+    *,
+    collection_id: str,
+    collection_slug: str,
+    content_id: str,
+    change_epoch: int,
+    error_code: ErrorCode = ErrorCode.UNUSABLE_CONTENT_ID,
+) -> bool:
+    """A failed row for an entry a rescan found with an unusable id, unless it has a row.
 
-    def delete_work_through_epoch(self, collection_id: str, max_change_epoch: int | str) -> int:
-        check.identifier(collection_id, "Media usage work cleanup requires a collection ID.")
-        epoch = check.change_epoch(max_change_epoch)
-        with transaction(self.bind) as conn:
-            deleted: int = conn.execute(
-                work.delete().where(w.collection_id == collection_id, w.change_epoch <= epoch)
-            ).rowcount
-        return deleted
+    The reconciliation scan and repair read such ids; they cannot be enqueued as work
+    (nothing could claim them), so they are written as failed work for ``work list``.
+    """
+    code = check.error_code(error_code)
+    epoch = check.change_epoch(change_epoch)
+    row = sa.select(
+        text(collection_id).label("collection_id"),
+        text(collection_slug).label("collection_slug"),
+        sa.literal(content_id, StoredText).label("content_id"),
+        sa.literal(epoch, sa.BigInteger).label("change_epoch"),
+        sa.literal(1, sa.BigInteger).label("work_version"),
+        sa.literal(WorkState.FAILED.value).label("state"),
+        sa.literal(1).label("attempt_count"),
+        db_now().label("next_attempt_at"),
+        db_now().label("last_attempted_at"),
+        sa.literal(code).label("last_error_code"),
+        db_now().label("created_at"),
+        db_now().label("updated_at"),
+    ).where(registered(collection_id, collection_slug))
+    names = [c.name for c in row.selected_columns]
+    insert = insert_factory(bind)(work).from_select(names, row).on_conflict_do_nothing()
+    with transaction(bind) as conn:
+        return conn.execute(insert).rowcount > 0
+
+
+def delete_work_through_epoch(bind: Bind, collection_id: str, max_change_epoch: int | str) -> int:
+    check.identifier(collection_id, "Media usage work cleanup requires a collection ID.")
+    epoch = check.change_epoch(max_change_epoch)
+    with transaction(bind) as conn:
+        deleted: int = conn.execute(
+            work.delete().where(w.collection_id == collection_id, w.change_epoch <= epoch)
+        ).rowcount
+    return deleted

@@ -1,7 +1,7 @@
-"""What every part of the work repository shares: row mapping, fresh-row values, the base class.
+"""What every part of the work table's statements shares: row mapping and fresh-row values.
 
-The work table is split by concern (``work_processing``, ``work_operator``, ``work_rescan``);
-``repository.work.MediaUsageWorkRepository`` joins the three into one object, the public API.
+The statements are split by concern (``work_processing``, ``work_operator``, ``work_rescan``);
+``repository.work.MediaUsageWorkRepository`` binds all of them to one object, the public API.
 """
 
 from __future__ import annotations
@@ -15,9 +15,7 @@ from media_usage_worker.domain.errors import MediaUsageError
 from media_usage_worker.domain.vocabulary import WorkState
 from media_usage_worker.domain.work import WorkRecord
 from media_usage_worker.repository.clock import db_now
-from media_usage_worker.repository.db import Bind
 from media_usage_worker.repository.schema import collections, work
-from media_usage_worker.repository.upsert import insert_factory
 
 w = work.c
 # Work rows count only while their (collection id, slug) is still the registered collection.
@@ -80,11 +78,3 @@ def new_pending_columns(
 
 def text(value: str) -> sa.ColumnElement[str]:
     return sa.literal(value, sa.Text)
-
-
-class WorkTable:
-    """A bind (engine or connection) and the dialect's upsert: what each part works through."""
-
-    def __init__(self, bind: Bind) -> None:
-        self.bind = bind
-        self._insert = insert_factory(bind)

@@ -16,7 +16,7 @@ from kombu.exceptions import ChannelError
 
 from media_usage_worker.domain.vocabulary import WorkState
 from media_usage_worker.domain.work import WorkRecord, grouped
-from media_usage_worker.repository.work import MediaUsageWorkRepository
+from media_usage_worker.repository import work_processing as work
 from media_usage_worker.tasks import ledger, settings
 from media_usage_worker.tasks.app import app
 from media_usage_worker.tasks.engines import get_engine
@@ -133,9 +133,7 @@ def after_write(collection_slug: str, content_id: str) -> str | None:
     the item); it is logged as a warning.
     """
     try:
-        record = MediaUsageWorkRepository(get_engine()).find_work_for_content(
-            collection_slug, content_id
-        )
+        record = work.find_work_for_content(get_engine(), collection_slug, content_id)
         if record is None or record.state in (WorkState.FAILED, WorkState.LEASED):
             return None
         sent = send([record])

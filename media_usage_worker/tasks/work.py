@@ -15,9 +15,10 @@ from media_usage_worker.domain.messages import after_write_arguments
 from media_usage_worker.domain.policy import Limits
 from media_usage_worker.domain.vocabulary import Outcome
 from media_usage_worker.domain.work import checked_items
-from media_usage_worker.pipeline.batch import BatchRun, Heartbeat, ProcessResult
+from media_usage_worker.pipeline.batch import BatchRun, Heartbeat
 from media_usage_worker.pipeline.fan_out import run_tick
 from media_usage_worker.pipeline.reconciliation import Reconciler
+from media_usage_worker.pipeline.settle import ProcessResult
 from media_usage_worker.tasks import dispatch, settings
 from media_usage_worker.tasks.app import late_duplicate_tick, media_usage_task
 from media_usage_worker.tasks.engines import migrated_engine, report_waiting, waiting_for

@@ -109,8 +109,10 @@ def test_one_keeper_renews_every_lease_it_holds_and_lets_go_of_finished_ones(
     db: sa.Engine,
 ) -> None:
     _, (first, second), keeper, repo = _two_claimed_items(db)
-    with keeper.keeping(repo, first, lease_seconds=1, every_seconds=0.1, max_seconds=30) as a:
-        with keeper.keeping(repo, second, lease_seconds=1, every_seconds=0.1, max_seconds=30) as b:
+    with keeper.keeping(repo.bind, first, lease_seconds=1, every_seconds=0.1, max_seconds=30) as a:
+        with keeper.keeping(
+            repo.bind, second, lease_seconds=1, every_seconds=0.1, max_seconds=30
+        ) as b:
             wait_for(lambda: a.renewals >= 3 and b.renewals >= 3, timeout=10, interval=0.05)
         renewed = b.renewals
         wait_for(lambda: a.renewals >= renewed + 3, timeout=10, interval=0.05)
@@ -124,8 +126,8 @@ def test_a_hold_past_its_bound_stops_renewing_and_a_lost_lease_is_reported(
 ) -> None:
     posts, (hung, taken), keeper, repo = _two_claimed_items(db)
     with (
-        keeper.keeping(repo, hung, lease_seconds=1, every_seconds=0.1, max_seconds=0.5) as h,
-        keeper.keeping(repo, taken, lease_seconds=1, every_seconds=0.1, max_seconds=30) as t,
+        keeper.keeping(repo.bind, hung, lease_seconds=1, every_seconds=0.1, max_seconds=0.5) as h,
+        keeper.keeping(repo.bind, taken, lease_seconds=1, every_seconds=0.1, max_seconds=30) as t,
     ):
         set_work(db, posts.id, "e2", lease_token="someone-else")
         wait_for(t.lost.is_set, timeout=10, interval=0.05)
