@@ -26,7 +26,7 @@ import sqlalchemy as sa
 from media_usage_worker.domain import validation as check
 from media_usage_worker.domain.cursor import SLUG_ORDER, decode_cursor, usage_scope
 from media_usage_worker.domain.errors import InvalidArgument
-from media_usage_worker.repository import deletions as deletion_store
+from media_usage_worker.repository import deletion as deletion_store
 from media_usage_worker.repository import status as status_store
 from media_usage_worker.repository import usage as usage_store
 from media_usage_worker.repository.db import read_transaction

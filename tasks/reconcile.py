@@ -1,8 +1,8 @@
 """``tasks.reconcile``: the reconciliation tick by the module path it once had.
 
-It is defined in ``media_usage_worker.tasks.reconcile``.
+It is defined in ``media_usage_worker.tasks.reconciliation``.
 """
 
-from media_usage_worker.tasks.reconcile import reconcile_tick
+from media_usage_worker.tasks.reconciliation import reconcile_tick
 
 __all__ = ["reconcile_tick"]

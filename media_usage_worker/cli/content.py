@@ -1,5 +1,5 @@
 """``collections create`` and ``collections list``: the content collections (deleting one is
-``cli.deletions``)."""
+``cli.deletion``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from media_usage_worker.cli import deletions
+from media_usage_worker.cli import deletion
 from media_usage_worker.cli.common import (
     database_url_option,
     handle_errors,
@@ -125,6 +125,6 @@ def collections_list(as_json: bool, database_url: str) -> None:
     )
 
 
-for _command in (deletions.collections_delete, deletions.collections_deletions,
-                 deletions.collections_retry_deletion):  # fmt: skip
+for _command in (deletion.collections_delete, deletion.collections_deletions,
+                 deletion.collections_retry_deletion):  # fmt: skip
     collections.add_command(_command)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import click
@@ -48,7 +49,9 @@ def repair_command(slug: str, as_json: bool, database_url: str) -> None:
                 bar.update(done - bar.pos)
 
             # The worker's per-item limits: an entry it would fail for its size fails here too.
-            result = repair_collection(engine, slug, limits=Limits.from_env(), progress=progress)
+            result = repair_collection(
+                engine, slug, limits=Limits.from_env(os.environ), progress=progress
+            )
     payload = {
         "collection": result.collection_slug,
         "status": result.status,

@@ -343,7 +343,7 @@ def extract(
     as soon as there are more than ``max_occurrences``, so an entry of a million images costs
     a bounded list, not a million objects.
     """
-    seen: set[tuple] = set()
+    seen: set[tuple[str, str, int, str, str, str, str]] = set()
     result = []
     for field in fields:
         for occurrence in _field_occurrences(field, data.get(field.slug), urls or NO_MEDIA_URLS):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import os
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -26,7 +25,7 @@ class RetryPolicy:
     jitter_ratio: float = 0.0
 
     def delay_seconds(self, attempt_count: int, rand: Callable[[], float] = random.random) -> int:
-        exponential = min(self.max_seconds, self.base_seconds * 2 ** min(attempt_count, 16))
+        exponential: int = min(self.max_seconds, self.base_seconds * 2 ** min(attempt_count, 16))
         jitter = math.floor(exponential * self.jitter_ratio * rand())
         return min(self.max_seconds, exponential + jitter)
 
@@ -73,8 +72,8 @@ class Limits:
     max_entry_chars: int = 16 * 1024 * 1024
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> Limits:
-        env = os.environ if env is None else env
+    def from_env(cls, env: Mapping[str, str]) -> Limits:
+        """The limits an environment sets (``MEDIA_USAGE_MAX_*``); the caller reads it."""
         return cls(
             max_occurrences=positive_setting(
                 env, "MEDIA_USAGE_MAX_OCCURRENCES", cls.max_occurrences

@@ -39,7 +39,7 @@ from media_usage_worker.pipeline.settle import (
     settle,
 )
 from media_usage_worker.repository import coverage, projection
-from media_usage_worker.repository import reconciliations as store
+from media_usage_worker.repository import reconciliation as store
 from media_usage_worker.repository import work_processing as work
 from media_usage_worker.repository.collections import is_registered
 from media_usage_worker.repository.db import Bind

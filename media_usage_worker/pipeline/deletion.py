@@ -5,7 +5,7 @@
 ``status``, ``finalize``) delete what is left a batch at a time from ``DeletionProcessor``,
 which the ``media_usage.deletion_tick`` task runs; each batch is one transaction guarded by
 the tombstone's lease, so a worker killed anywhere leaves a deletion the next tick resumes from
-its cursor. The statements are ``repository.deletions``; this module decides which to run.
+its cursor. The statements are ``repository.deletion``; this module decides which to run.
 """
 
 from __future__ import annotations
@@ -25,8 +25,9 @@ from media_usage_worker.domain.vocabulary import (
     DeletionState,
     DeletionStepEnd,
 )
-from media_usage_worker.repository import collections, deletions
-from media_usage_worker.repository.deletions import Step, Tombstone
+from media_usage_worker.repository import collections
+from media_usage_worker.repository import deletion as store
+from media_usage_worker.repository.deletion import Step, Tombstone
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
@@ -57,7 +58,7 @@ def delete_collection(
     interrupted before the collection was gone is continued. Raises ``CollectionNotFound``,
     or ``DeletionConflict`` for a deletion already under way with the other ``force``."""
     validate_collection_slug(slug)
-    tombstone = deletions.find(engine, slug=slug)
+    tombstone = store.find(engine, slug=slug)
     if tombstone is not None and not deletion_policy.is_front(tombstone.phase):
         return DeletionResult(
             slug, DeletionOutcome.ALREADY_DELETED, tombstone.phase, tombstone.state
@@ -66,11 +67,11 @@ def delete_collection(
         collection = collections.find_collection(engine, slug)
         if collection is None:
             raise CollectionNotFound(f"No collection has slug {slug!r}.")
-        tombstone = deletions.create(engine, collection.id, slug, force)
+        tombstone = store.create(engine, collection.id, slug, force)
     else:
-        tombstone = deletions.create(engine, tombstone.collection_id, slug, force)
+        tombstone = store.create(engine, tombstone.collection_id, slug, force)
     for _ in deletion_policy.FRONT_PHASES:
-        current = deletions.find(engine, collection_id=tombstone.collection_id)
+        current = store.find(engine, collection_id=tombstone.collection_id)
         if current is None:  # removed: a has_content answer, or (later) finished
             gone = collections.find_collection(engine, slug) is None
             return DeletionResult(
@@ -78,7 +79,7 @@ def delete_collection(
             )
         if not deletion_policy.is_front(current.phase):
             return DeletionResult(slug, DeletionOutcome.DELETED, current.phase, current.state)
-        held = deletions.claim(engine, current.collection_id, lease_seconds)
+        held = store.claim(engine, current.collection_id, lease_seconds)
         if held is None:
             return DeletionResult(slug, DeletionOutcome.IN_PROGRESS, current.phase, current.state)
         step = run_step(engine, held)
@@ -86,8 +87,8 @@ def delete_collection(
             return DeletionResult(slug, DeletionOutcome.HAS_CONTENT)
         if isinstance(step, DeletionStepEnd):  # lost the lease; or (not a front phase) finished
             return DeletionResult(slug, DeletionOutcome.IN_PROGRESS, current.phase, current.state)
-        deletions.release(engine, step)
-    final = deletions.find(engine, collection_id=tombstone.collection_id)
+        store.release(engine, step)
+    final = store.find(engine, collection_id=tombstone.collection_id)
     return DeletionResult(
         slug,
         DeletionOutcome.DELETED,
@@ -101,18 +102,18 @@ def run_step(engine: Engine, held: Tombstone, batch_size: int = deletion_policy.
     how the deletion ended (``DeletionStepEnd``). A step that raises is recorded (retry or
     failed) and re-raised."""
     steps: dict[DeletionPhase, Callable[[], Step]] = {
-        DeletionPhase.FENCE: lambda: deletions.fence(engine, held),
-        DeletionPhase.REGISTRY: lambda: deletions.drop_registry(engine, held),
-        DeletionPhase.TABLE: lambda: deletions.drop_table(engine, held),
-        DeletionPhase.WORK: lambda: deletions.delete_work_batch(engine, held, batch_size),
-        DeletionPhase.SOURCES: lambda: deletions.delete_sources_batch(engine, held, batch_size),
-        DeletionPhase.STATUS: lambda: deletions.clear_status(engine, held),
-        DeletionPhase.FINALIZE: lambda: deletions.finalize(engine, held),
+        DeletionPhase.FENCE: lambda: store.fence(engine, held),
+        DeletionPhase.REGISTRY: lambda: store.drop_registry(engine, held),
+        DeletionPhase.TABLE: lambda: store.drop_table(engine, held),
+        DeletionPhase.WORK: lambda: store.delete_work_batch(engine, held, batch_size),
+        DeletionPhase.SOURCES: lambda: store.delete_sources_batch(engine, held, batch_size),
+        DeletionPhase.STATUS: lambda: store.clear_status(engine, held),
+        DeletionPhase.FINALIZE: lambda: store.finalize(engine, held),
     }
     try:
         return steps[held.phase]()
     except Exception:
-        state = deletions.record_failure(engine, held)
+        state = store.record_failure(engine, held)
         log.warning(
             "deletion of %s failed in phase %s (%s)", held.collection_slug, held.phase, state,
             exc_info=True,
@@ -150,10 +151,10 @@ class DeletionProcessor:
         # Monotonic time bounds the tick's own work; leases and due times are the database's.
         deadline = time.monotonic() + self.budget_seconds
         reports = []
-        for collection_id in deletions.due_ids(self.engine, self.candidates):
+        for collection_id in store.due_ids(self.engine, self.candidates):
             if time.monotonic() >= deadline:
                 break
-            held = deletions.claim(self.engine, collection_id, self.lease_seconds)
+            held = store.claim(self.engine, collection_id, self.lease_seconds)
             if held is not None:
                 reports.append(self._advance(held, deadline))
         return reports
@@ -173,5 +174,5 @@ class DeletionProcessor:
                 return DeletionReport(current.collection_slug, steps, None, True)
             current = step
             if time.monotonic() >= deadline:
-                deletions.release(self.engine, current)
+                store.release(self.engine, current)
                 return DeletionReport(current.collection_slug, steps, current.phase, False)

@@ -7,7 +7,7 @@ work has drained, the sources phase enqueues entries whose content is gone; when
 drained too and the epoch has not moved, coverage is finalised to ``complete``. Any write to the
 collection moves the epoch, which restarts the run; it converges once writes stop.
 
-The statements are ``repository.reconciliations``; this module decides which to run.
+The statements are ``repository.reconciliation``; this module decides which to run.
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ from media_usage_worker.domain.vocabulary import (
 )
 from media_usage_worker.domain.vocabulary import ReconciliationAction as Action
 from media_usage_worker.domain.vocabulary import ReconciliationPhase as Phase
-from media_usage_worker.repository import reconciliations as store
+from media_usage_worker.repository import reconciliation as store
 from media_usage_worker.repository import statistics
 from media_usage_worker.repository import work_rescan as rescan
-from media_usage_worker.repository.reconciliations import Coordinator
+from media_usage_worker.repository.reconciliation import Coordinator
 from media_usage_worker.repository.rules import mark_rules_changed
 
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ PAGE = 50
 # paced by a round of lease, read and release for every fifty entries.
 STEP = 1000
 # Work a scan keeps queued ahead of the workers. It stops there; the batch that drains the
-# collection's work below ``reconciliations.WAKE_BELOW`` wakes it for more (docs/design.md
+# collection's work below ``repository.reconciliation.WAKE_BELOW`` wakes it for more (docs/design.md
 # §6), so the workers are fed as fast as they drain, and incremental writes never wait
 # behind more than a few seconds of backfill.
 SCAN_AHEAD = 5000

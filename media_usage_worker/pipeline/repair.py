@@ -20,7 +20,8 @@ from media_usage_worker.domain.policy import Limits
 from media_usage_worker.domain.validation import split_usable
 from media_usage_worker.domain.vocabulary import CoverageStatus, ErrorCode, RefreshCode
 from media_usage_worker.pipeline.refresh import refresh_entries
-from media_usage_worker.repository import collections, repairs
+from media_usage_worker.repository import collections
+from media_usage_worker.repository import repair as store
 from media_usage_worker.repository import work_rescan as rescan
 from media_usage_worker.repository.ids import new_ulid
 
@@ -72,7 +73,7 @@ def _rescan_entries(
     unusable: list[str] = []
     done = 0
     after: str | None = None
-    while ids := repairs.content_id_page(engine, slug, after, PAGE):
+    while ids := store.content_id_page(engine, slug, after, PAGE):
         usable, unusable_ids = split_usable(ids, lambda content_id: content_id)
         if unusable_ids:
             unusable += unusable_ids
@@ -99,13 +100,13 @@ def repair_collection(
     if collection is None:
         raise CollectionNotFound(f"No collection has slug {slug!r}.")
     run_token = new_ulid()
-    epoch, total = repairs.begin_repair(engine, collection.id, slug, run_token)
+    epoch, total = store.begin_repair(engine, collection.id, slug, run_token)
     limits = limits or Limits()
     tally = _Tally()
     # Ids the host stored that cannot be indexed: kept as failed work.
     unusable = _rescan_entries(engine, collection.id, slug, limits, tally, total, progress)
     # Entries that vanished: their sources go (guarded: only while they stay gone).
-    orphans = repairs.orphaned_content_ids(engine, collection.id, slug)
+    orphans = store.orphaned_content_ids(engine, collection.id, slug)
     for start in range(0, len(orphans), PAGE):
         page = orphans[start : start + PAGE]
         for code in refresh_entries(engine, collection.id, slug, page, limits).values():
@@ -125,7 +126,7 @@ def repair_collection(
     error = None
     if outcome != CoverageStatus.COMPLETE:
         error = tally.first_error or ErrorCode.REPAIR_CONFLICT
-    status = repairs.finish_repair(
+    status = store.finish_repair(
         engine, collection.id, slug, run_token, epoch, outcome=outcome,
         indexed=tally.indexed, failed=tally.failed, error=error,
     )  # fmt: skip

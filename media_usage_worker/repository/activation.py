@@ -7,6 +7,8 @@ from then on a new collection gets its triggers in the transaction that creates 
 
 from __future__ import annotations
 
+from typing import Any
+
 import sqlalchemy as sa
 
 from media_usage_worker.domain.content_model import COLLECTION_SLUG_PATTERN
@@ -38,7 +40,7 @@ def _status_row_for(collection_id: str, slug: str) -> sa.ColumnElement[bool]:
     return sa.and_(*status_row(collection_id, slug))
 
 
-def _fresh_status_row(collection_id: str, slug: str, capture_state: str | None) -> dict:
+def _fresh_status_row(collection_id: str, slug: str, capture_state: str | None) -> dict[str, Any]:
     """A never-indexed collection's status row: coverage must come from reconciliation."""
     return {
         "adapter_id": schema.ADAPTER_ID,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import Column, Index, Table, Text
@@ -19,7 +20,7 @@ from media_usage_worker.repository.stored_text import StoredText
 
 POSTGRES_MAX_IDENTIFIER = 63
 
-_COLUMN_TYPES: dict[str, type[sa.types.TypeEngine]] = {
+_COLUMN_TYPES: dict[str, type[sa.types.TypeEngine[Any]]] = {
     "TEXT": sa.Text,
     "REAL": sa.REAL,
     "INTEGER": sa.Integer,
@@ -47,7 +48,7 @@ def identifier(name: str, dialect_name: str) -> str:
     return name[:POSTGRES_MAX_IDENTIFIER] if dialect_name == "postgresql" else name
 
 
-def field_column(definition: FieldDefinition) -> Column:
+def field_column(definition: FieldDefinition) -> Column[Any]:
     column_type = definition.column_type
     if definition.required:
         empty = EMPTY_DEFAULT_BY_COLUMN_TYPE[column_type]

@@ -24,15 +24,15 @@ SCOPE_TYPE = "collection"
 CAPTURE_TASK_KEY = "incremental_capture"
 
 
-def _legacy_now(name: str, nullable: bool = True) -> Column:
+def _legacy_now(name: str, nullable: bool = True) -> Column[str]:
     return Column(name, Text, nullable=nullable, server_default=db_legacy_now())
 
 
-def _sortable_now(name: str) -> Column:
+def _sortable_now(name: str) -> Column[str]:
     return Column(name, Text, nullable=False, server_default=db_default_now())
 
 
-def _zero(name: str) -> Column:
+def _zero(name: str) -> Column[int]:
     return Column(name, Integer, nullable=False, server_default=sa.text("0"))
 
 

@@ -59,7 +59,7 @@ app = Celery(
     "media_usage",
     include=[
         "media_usage_worker.tasks.work",
-        "media_usage_worker.tasks.reconcile",
+        "media_usage_worker.tasks.reconciliation",
         "media_usage_worker.tasks.deletion",
     ],
     set_as_current=False,

@@ -16,7 +16,7 @@ from typing import Any
 from celery import Celery
 
 from media_usage_worker.domain.errors import BindingConflict
-from media_usage_worker.tasks import deletion, reconcile, work  # noqa: F401  (fills TASKS)
+from media_usage_worker.tasks import deletion, reconciliation, work  # noqa: F401  (fills TASKS)
 from media_usage_worker.tasks.app import TASKS, task_options
 from media_usage_worker.tasks.names import PREFIX
 from media_usage_worker.tasks.schedule import beat_schedule

@@ -20,7 +20,7 @@ from celery import bootsteps
 from celery.worker.consumer import Consumer
 
 from media_usage_worker.domain.errors import InvalidMessage
-from media_usage_worker.domain.messages import (
+from media_usage_worker.tasks.envelope import (
     NO_ARGUMENTS,
     ArgumentCheck,
     TimeLimits,

@@ -13,6 +13,8 @@ needed.
 
 from __future__ import annotations
 
+from typing import Any
+
 from media_usage_worker.tasks import settings
 from media_usage_worker.tasks.names import TaskName
 
@@ -21,7 +23,7 @@ _tick = settings.or_default(settings.tick_seconds, 5)
 _reconcile = settings.or_default(settings.reconcile_seconds, 10)
 _queue = settings.or_default(settings.queue_name, settings.DEFAULT_QUEUE)
 
-beat_schedule: dict[str, dict] = {
+beat_schedule: dict[str, dict[str, Any]] = {
     "media-usage-tick": {
         "task": TaskName.TICK.value,
         "schedule": float(_tick),

@@ -137,6 +137,12 @@ def dispatch_ttl_seconds() -> int:
     return positive_int("MEDIA_USAGE_DISPATCH_TTL", lease_seconds())
 
 
+def limits() -> Limits:
+    """Per-item admission limits (``MEDIA_USAGE_MAX_OCCURRENCES``, ``..._INDEX_BYTES``,
+    ``..._ENTRY_CHARS``)."""
+    return Limits.from_env(os.environ)
+
+
 def batch_size() -> int:
     """Items per ``media_usage.process_batch`` message (1 to 100)."""
     size = positive_int("MEDIA_USAGE_BATCH_SIZE", 50)
@@ -188,7 +194,7 @@ def _database_url_setting() -> None:
 _EVERY_SETTING: tuple[Callable[[], object], ...] = (
     _database_url_setting, _broker_setting, queue_name, time_limits, lease_seconds, tick_seconds,
     reconcile_seconds, reconcile_defer_seconds, deletion_lease_seconds, tick_budget, max_queued,
-    max_memory_per_child_kib, dispatch_ttl_seconds, batch_size, batch_threshold, Limits.from_env,
+    max_memory_per_child_kib, dispatch_ttl_seconds, batch_size, batch_threshold, limits,
     log_format,
 )  # fmt: skip
 

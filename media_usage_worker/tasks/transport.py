@@ -22,8 +22,8 @@ from kombu.transport import redis
 from kombu.utils.json import loads
 
 from media_usage_worker.domain.errors import InvalidMessage
-from media_usage_worker.domain.messages import check_envelope
 from media_usage_worker.tasks.consumer import dropped, message_label
+from media_usage_worker.tasks.envelope import check_envelope
 
 log = logging.getLogger("media_usage.messages")
 

@@ -11,8 +11,6 @@ from celery import Task
 from celery.exceptions import SoftTimeLimitExceeded
 
 from media_usage_worker.domain.errors import InvalidArgument, ItemsFailed
-from media_usage_worker.domain.messages import after_write_arguments
-from media_usage_worker.domain.policy import Limits
 from media_usage_worker.domain.vocabulary import Outcome
 from media_usage_worker.domain.work import checked_items
 from media_usage_worker.pipeline.batch import BatchRun, Heartbeat
@@ -22,6 +20,7 @@ from media_usage_worker.pipeline.settle import ProcessResult
 from media_usage_worker.tasks import dispatch, settings
 from media_usage_worker.tasks.app import late_duplicate_tick, media_usage_task
 from media_usage_worker.tasks.engines import migrated_engine, report_waiting, waiting_for
+from media_usage_worker.tasks.envelope import after_write_arguments
 from media_usage_worker.tasks.events import emit
 from media_usage_worker.tasks.names import TaskName
 
@@ -105,7 +104,7 @@ def _process(task: TaskName, items: Sequence[Sequence[object]]) -> list[ProcessR
     lease = settings.lease_seconds()
     results = BatchRun(
         engine,
-        Limits.from_env(),
+        settings.limits(),
         lease_seconds=lease,
         heartbeat=Heartbeat(every_seconds=lease / 3, max_seconds=settings.time_limits()[0]),
         interrupts=OUT_OF_TIME,

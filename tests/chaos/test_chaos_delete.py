@@ -15,7 +15,7 @@ import pytest
 import sqlalchemy as sa
 
 from media_usage_worker.domain.content_model import FieldDefinition
-from media_usage_worker.repository import deletions
+from media_usage_worker.repository import deletion as deletions
 from media_usage_worker.repository.activation import activate
 from media_usage_worker.repository.collections import CollectionRegistry
 from media_usage_worker.repository.db import create_engine

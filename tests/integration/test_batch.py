@@ -205,17 +205,17 @@ def test_the_soft_limit_stops_the_batch_and_gives_every_claimed_item_back(db, me
 
 
 def test_only_the_entry_that_ran_out_of_time_is_charged(db, media_posts, monkeypatch) -> None:
-    import media_usage_worker.pipeline.batch as batch
+    import media_usage_worker.pipeline.refresh as planning
 
     ids = write(db, 5)
-    real_plan = batch.plan_refresh
+    real_plan = planning.plan_refresh
 
     def slow_on_e002(state, *args, **kwargs):
         if state.entry.content_id == "e002":
             raise OutOfTime  # the soft limit, arriving while e002 is extracted
         return real_plan(state, *args, **kwargs)
 
-    monkeypatch.setattr(batch, "plan_refresh", slow_on_e002)
+    monkeypatch.setattr(planning, "plan_refresh", slow_on_e002)
     results = BatchRun(db, Limits(), interrupts=(OutOfTime,)).run(items(media_posts.id, ids))
     found = {r.content_id: (str(r.outcome), r.error_code) for r in results}
     assert found == {

@@ -17,7 +17,7 @@ from media_usage_worker.cli import main
 from media_usage_worker.domain.content_model import FieldDefinition
 from media_usage_worker.domain.errors import CollectionExists, DeletionConflict
 from media_usage_worker.pipeline.deletion import DeletionProcessor, delete_collection, run_step
-from media_usage_worker.repository import deletions
+from media_usage_worker.repository import deletion as deletions
 from media_usage_worker.repository.collections import CollectionRegistry
 from media_usage_worker.repository.schema import collection_deletions, work
 from media_usage_worker.repository.usage import usage_count
@@ -221,7 +221,7 @@ def test_two_deleters_at_once(db: sa.Engine) -> None:
 KILLER = """
 import os, signal, sys, time
 from media_usage_worker.pipeline.deletion import DeletionProcessor
-from media_usage_worker.repository import deletions
+from media_usage_worker.repository import deletion as deletions
 from media_usage_worker.repository.db import create_engine
 
 url, phase = sys.argv[1], sys.argv[2]

@@ -8,7 +8,7 @@ import pytest
 import sqlalchemy as sa
 
 from media_usage_worker.pipeline.reconciliation import Reconciler
-from media_usage_worker.repository import reconciliations
+from media_usage_worker.repository import reconciliation as reconciliations
 from media_usage_worker.repository.activation import activate
 from media_usage_worker.repository.collections import CollectionRegistry
 from tests.index_oracle import (

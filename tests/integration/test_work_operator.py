@@ -6,6 +6,7 @@ import pytest
 import sqlalchemy as sa
 
 from media_usage_worker.domain.cursor import encode_cursor, work_scope
+from media_usage_worker.repository import work_operator
 from tests.support import (
     FUTURE,
     PAST,
@@ -222,9 +223,9 @@ def test_retry_that_loses_a_race_reports_conflict(repo, posts, db, monkeypatch) 
     epoch = status_row(db, posts.id)["change_epoch"]
     with db.begin() as conn:  # a capture + failure happened meanwhile: version 3, failed again
         conn.execute(sa.text("UPDATE _emdash_media_usage_work SET work_version = 3"))
-    real = repo._find_by_identity
+    real = work_operator._find_by_identity
     calls = iter([lambda *a: _row_like(stale)])
-    monkeypatch.setattr(repo, "_find_by_identity", lambda *a: next(calls, real)(*a))
+    monkeypatch.setattr(work_operator, "_find_by_identity", lambda *a: next(calls, real)(*a))
     result = retry(repo, posts)
     assert result.outcome == "conflict"
     assert get_work(db, posts.id, "e1")["work_version"] == 3
@@ -242,9 +243,9 @@ def test_retry_that_loses_to_a_new_claim_reports_the_lease(repo, posts, db, monk
             ),
             {"f": FUTURE},
         )
-    real = repo._find_by_identity
+    real = work_operator._find_by_identity
     calls = iter([lambda *a: _row_like(stale)])
-    monkeypatch.setattr(repo, "_find_by_identity", lambda *a: next(calls, real)(*a))
+    monkeypatch.setattr(work_operator, "_find_by_identity", lambda *a: next(calls, real)(*a))
     result = retry(repo, posts)
     assert (result.outcome, result.lease_expires_at) == ("lease_active", FUTURE)
 

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from media_usage_worker.domain.errors import InvalidMessage
-from media_usage_worker.domain.messages import (
+from media_usage_worker.tasks.envelope import (
     MAX_BODY_BYTES,
     MIN_TIME_LIMIT_SECONDS,
     NO_ARGUMENTS,

@@ -1,4 +1,5 @@
-"""Checks of a broker message before Celery acts on it; pure, so it is tested without servers.
+"""Checks of a broker message before Celery acts on it: Celery's protocol 2 and the broker's
+envelope, known here and nowhere else. Pure (no Celery import), so it is tested without servers.
 
 Anything can reach the worker's queue: a forged envelope, a body that is not the protocol's
 three-part list, a header of the wrong type, an id header that is missing. Celery meets many of

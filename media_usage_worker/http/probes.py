@@ -1,0 +1,66 @@
+"""The probes and the metrics: ``/healthz``, ``/readyz`` and ``/metrics``."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from fastapi import APIRouter, Response
+from fastapi.params import Depends
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from media_usage_worker.http.metrics import IndexCollector
+from media_usage_worker.http.probe import READY_TIMEOUT_SECONDS, SharedProbe
+from media_usage_worker.repository.activation import is_activation_active
+from media_usage_worker.repository.db import read_transaction
+from media_usage_worker.repository.migrate import UNREADABLE, schema_problem
+
+log = logging.getLogger(__name__)
+
+
+def probe_routes(
+    engine: sa.Engine, *, metrics_cache_seconds: int, read: Sequence[Depends]
+) -> APIRouter:
+    router = APIRouter()
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(IndexCollector(engine, metrics_cache_seconds))
+
+    # ``async``: answered on the event loop, never behind requests waiting for a thread or the
+    # database, so a slow database cannot make a liveness probe restart the API.
+    @router.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        """The process is up (no database access)."""
+        return {"status": "ok"}
+
+    def readiness() -> dict[str, Any]:
+        problem = schema_problem(engine)
+        if problem is not None and problem.startswith(UNREADABLE):
+            # The driver's text names the database's host and port: the log gets it, an
+            # unauthenticated caller only what to look at.
+            log.warning("not ready: %s", problem)
+            problem = f"{UNREADABLE} (the API server's log has the reason)"
+        capture = None
+        if problem is None:
+            with read_transaction(engine) as conn:
+                capture = "active" if is_activation_active(conn) else "inactive"
+        return {"ready": problem is None, "problem": problem, "capture": capture}
+
+    probe = SharedProbe(readiness, READY_TIMEOUT_SECONDS)
+
+    @router.get("/readyz")
+    async def readyz() -> JSONResponse:
+        """The database is reachable and migrated; the capture state is reported. Answers 503
+        within ``READY_TIMEOUT_SECONDS`` however slow the database is."""
+        body = await probe.answer()
+        return JSONResponse(body, status_code=200 if body["ready"] else 503)
+
+    # ``:path``: a media id may hold "/" (a folder-like storage id), raw or as %2F.
+    @router.get("/metrics", dependencies=list(read))
+    def metrics() -> Response:
+        """Prometheus text format, read from the database (cached a few seconds)."""
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    return router
