@@ -27,7 +27,7 @@ from media_usage_worker.domain.vocabulary import (
 from media_usage_worker.repository.clock import db_now, is_live_by_text
 from media_usage_worker.repository.content_tables import content_table_name
 from media_usage_worker.repository.db import Bind, read_transaction, transaction
-from media_usage_worker.repository.leases import LeasedRows, unleased
+from media_usage_worker.repository.leases import LeasedRows, leased_record, unleased
 from media_usage_worker.repository.predicates import status_row
 from media_usage_worker.repository.schema import (
     collection_deletions,
@@ -47,10 +47,11 @@ from media_usage_worker.repository.schema import (
 from media_usage_worker.repository.upsert import insert_factory_for
 
 _d = collection_deletions.c
-_LEASES = LeasedRows(collection_deletions, DeletionState.LEASED)
 _w = work.c
 _s = sources.c
 _o = occurrences.c
+# Tombstones are claimed, held and given back like every leased row (repository.leases).
+_LEASES = LeasedRows(collection_deletions, DeletionState.LEASED)
 
 
 @dataclass(frozen=True)
@@ -73,14 +74,10 @@ class Tombstone:
 
     @classmethod
     def from_row(cls, row: sa.Row[Any]) -> Tombstone:
-        values = {f.name: getattr(row, f.name) for f in fields(cls)}
-        values.update(
-            force_delete=bool(row.force_delete),
-            state=DeletionState(row.state),
-            phase=DeletionPhase(row.phase),
-            attempt_count=int(row.attempt_count),
-        )
-        return cls(**values)
+        return leased_record(
+            cls, row, force_delete=bool(row.force_delete), state=DeletionState(row.state),
+            phase=DeletionPhase(row.phase), attempt_count=int(row.attempt_count),
+        )  # fmt: skip
 
     def shown(self) -> dict[str, Any]:
         """What operators see: everything but the lease token."""

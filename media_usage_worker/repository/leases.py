@@ -9,8 +9,8 @@ lease changes nothing (docs/design.md §3).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, fields
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
@@ -76,6 +76,17 @@ class LeasedRows:
             .values(**values, updated_at=db_now())
             .returning(*self.table.c)
         ).first()
+
+
+T = TypeVar("T")
+
+
+def leased_record(cls: type[T], row: sa.Row[Any], **converted: Any) -> T:
+    """A dataclass ``cls`` (a tombstone, a coordinator) from its row: each field's column, or
+    the value given in ``converted`` (an enum, an int) instead."""
+    values = {f.name: getattr(row, f.name) for f in fields(cls)}  # type: ignore[arg-type]
+    values.update(converted)
+    return cls(**values)
 
 
 def unleased(state: str, delay_seconds: int | None) -> dict[str, Any]:

@@ -9,7 +9,7 @@ guarded on that, so a step that outlived its lease changes nothing.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
@@ -30,7 +30,7 @@ from media_usage_worker.repository.collections import load_fields
 from media_usage_worker.repository.content_tables import content_columns
 from media_usage_worker.repository.db import Bind, transaction
 from media_usage_worker.repository.ids import new_ulid
-from media_usage_worker.repository.leases import LeasedRows, unleased
+from media_usage_worker.repository.leases import LeasedRows, leased_record, unleased
 from media_usage_worker.repository.predicates import (
     active_status_row,
     being_deleted,
@@ -46,12 +46,6 @@ from media_usage_worker.repository.schema import (
     sources,
     work,
 )
-
-_r = reconciliations.c
-_LEASES = LeasedRows(reconciliations, ReconciliationState.LEASED)
-_st = index_status.c
-_s = sources.c
-_w = work.c
 
 
 @dataclass(frozen=True)
@@ -74,12 +68,18 @@ class Coordinator:
 
     @classmethod
     def from_row(cls, row: sa.Row[Any]) -> Coordinator:
-        values = {f.name: getattr(row, f.name) for f in fields(cls)}
-        values["state"] = ReconciliationState(row.state)
-        values["phase"] = ReconciliationPhase(row.phase)
-        values["target_epoch"] = None if row.target_epoch is None else int(row.target_epoch)
-        values["attempt_count"] = int(row.attempt_count)
-        return cls(**values)
+        epoch = None if row.target_epoch is None else int(row.target_epoch)
+        return leased_record(
+            cls, row, state=ReconciliationState(row.state), phase=ReconciliationPhase(row.phase),
+            target_epoch=epoch, attempt_count=int(row.attempt_count),
+        )  # fmt: skip
+
+
+_r = reconciliations.c
+_LEASES = LeasedRows(reconciliations, ReconciliationState.LEASED)
+_st = index_status.c
+_s = sources.c
+_w = work.c
 
 
 @dataclass(frozen=True)

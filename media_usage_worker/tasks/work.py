@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from celery import Task
 from celery.exceptions import SoftTimeLimitExceeded
+from sqlalchemy import Engine
 
 from media_usage_worker.domain.errors import InvalidArgument, ItemsFailed
 from media_usage_worker.domain.vocabulary import Outcome
@@ -18,11 +19,11 @@ from media_usage_worker.pipeline.fan_out import run_tick
 from media_usage_worker.pipeline.reconciliation import Reconciler
 from media_usage_worker.pipeline.settle import ProcessResult
 from media_usage_worker.tasks import dispatch, settings
-from media_usage_worker.tasks.app import late_duplicate_tick, media_usage_task
+from media_usage_worker.tasks.app import media_usage_task
 from media_usage_worker.tasks.engines import migrated_engine, report_waiting, waiting_for
 from media_usage_worker.tasks.envelope import after_write_arguments
-from media_usage_worker.tasks.events import emit
 from media_usage_worker.tasks.names import TaskName
+from media_usage_worker.tasks.ticks import beat_tick
 
 log = logging.getLogger(__name__)
 CAPTURE_INACTIVE = (
@@ -38,12 +39,13 @@ RECONCILE_NOW_SECONDS = 2.0
 @media_usage_task(TaskName.TICK, bind=True)
 def tick(self: Task) -> dict[str, Any]:
     """Select due work page by page (up to the tick budget) and send it as messages."""
-    skipped = late_duplicate_tick(self, settings.tick_seconds())
-    if skipped is not None:
-        return skipped
-    engine = migrated_engine()
-    if engine is None:
-        return {"active": False, "dispatched": 0, "schema": waiting_for()}
+    return beat_tick(
+        self, settings.tick_seconds(), waiting={"active": False, "dispatched": 0},
+        event="task-media-usage-tick", run=_dispatch_due,
+    )  # fmt: skip
+
+
+def _dispatch_due(engine: Engine) -> tuple[dict[str, Any], bool]:
     ttl = settings.dispatch_ttl_seconds()
     report = run_tick(
         engine,
@@ -54,10 +56,7 @@ def tick(self: Task) -> dict[str, Any]:
         send=lambda page: dispatch.send(page, ttl),
     )
     report_waiting(engine, None if report.active else CAPTURE_INACTIVE)
-    summary = report.as_dict()
-    if report.active:
-        emit(self, "task-media-usage-tick", summary)
-    return summary
+    return report.as_dict(), report.active
 
 
 @media_usage_task(TaskName.PROCESS_WORK)
@@ -114,7 +113,7 @@ def _process(task: TaskName, items: Sequence[Sequence[object]]) -> list[ProcessR
     return results
 
 
-def _reconcile_now(engine: Any) -> Any:
+def _reconcile_now(engine: Engine) -> Callable[[], None]:
     """A reconcile tick's work, taken by this worker when its batch drained a collection under
     reconciliation (``BatchRun.on_drained``): a backfill is fed as fast as the workers drain it,
     and its last phases follow the drain at once."""
