@@ -51,96 +51,76 @@ class CollectionStatus:
     reconciliation: dict[str, Any] | None = None
 
 
+_STATUS_ROWS = (
+    sa.select(
+        collections.c.slug, collections.c.id, st.status, st.capture_state, st.change_epoch,
+        st.reconciliation_required, st.schema_version, st.last_error_code,
+    )
+    .select_from(
+        collections.outerjoin(
+            index_status,
+            sa.and_(
+                st.adapter_id == ADAPTER_ID,
+                st.scope_type == SCOPE_TYPE,
+                st.scope_key == collections.c.slug,
+            ),
+        )
+    )
+    .order_by(collections.c.slug)
+)  # fmt: skip
+_WORK_COUNTS = sa.select(w.collection_id, w.state, sa.func.count()).group_by(
+    w.collection_id, w.state
+)
+_RUNS = sa.select(rc.collection_id, rc.state, rc.phase, rc.attempt_count)
+_FAILED = (
+    sa.select(w.collection_id, w.content_id, w.last_error_code, w.attempt_count, w.updated_at)
+    .where(w.state == WorkState.FAILED)
+    .order_by(w.updated_at.desc(), w.content_id.desc())
+)
+# Due since: a waiting row's next attempt, or a leased row's expired lease (its worker died or
+# is stuck, and the tick sends it again): both are work nobody is doing.
+_DUE_SINCE = [
+    sa.select(w.collection_id, sa.func.min(column))
+    .where(w.state.in_(states), is_due(column))
+    .group_by(w.collection_id)
+    for column, states in (
+        (w.next_attempt_at, (WorkState.PENDING, WorkState.RETRY)),
+        (w.lease_expires_at, (WorkState.LEASED,)),
+    )
+]
+
+
 def overview(engine: sa.Engine) -> tuple[str, str, list[CollectionStatus]]:
     """(activation state, aggregate coverage, per-collection details)."""
     with read_transaction(engine) as conn:
         now = conn.execute(sa.select(db_now())).scalar_one()
         capture = conn.execute(sa.select(activation.c.state)).scalar_one_or_none() or "missing"
-        rows = conn.execute(
-            sa.select(
-                collections.c.slug,
-                collections.c.id,
-                st.status,
-                st.capture_state,
-                st.change_epoch,
-                st.reconciliation_required,
-                st.schema_version,
-                st.last_error_code,
-            )
-            .select_from(
-                collections.outerjoin(
-                    index_status,
-                    sa.and_(
-                        st.adapter_id == ADAPTER_ID,
-                        st.scope_type == SCOPE_TYPE,
-                        st.scope_key == collections.c.slug,
-                    ),
-                )
-            )
-            .order_by(collections.c.slug)
-        ).all()
+        rows = conn.execute(_STATUS_ROWS).all()
         rules_states = read_rules_states(conn)
         counts: dict[str, dict[str, int]] = {}
-        for collection_id, state, count in conn.execute(
-            sa.select(w.collection_id, w.state, sa.func.count()).group_by(w.collection_id, w.state)
-        ):
+        for collection_id, state, count in conn.execute(_WORK_COUNTS):
             counts.setdefault(collection_id, {})[state] = count
-        # Due since: a waiting row's next attempt, or a leased row's expired lease (its worker
-        # died or is stuck, and the tick sends it again): both are work nobody is doing.
-        oldest: dict[str, str] = {}
-        for due_column, states in (
-            (w.next_attempt_at, (WorkState.PENDING, WorkState.RETRY)),
-            (w.lease_expires_at, (WorkState.LEASED,)),
-        ):
-            for collection_id, since in conn.execute(
-                sa.select(w.collection_id, sa.func.min(due_column))
-                .where(w.state.in_(states), is_due(due_column))
-                .group_by(w.collection_id)
-            ):
-                if since is not None and (
-                    collection_id not in oldest or since < oldest[collection_id]
-                ):
-                    oldest[collection_id] = since
+        oldest = _oldest_due(conn)
         runs = {
             row.collection_id: {
                 "state": row.state,
                 "phase": row.phase,
                 "attempts": row.attempt_count,
             }
-            for row in conn.execute(
-                sa.select(rc.collection_id, rc.state, rc.phase, rc.attempt_count)
-            )
+            for row in conn.execute(_RUNS)
         }
-        failed: dict[str, list[dict[str, Any]]] = {}
-        for item in conn.execute(
-            sa.select(
-                w.collection_id, w.content_id, w.last_error_code, w.attempt_count, w.updated_at
-            )
-            .where(w.state == WorkState.FAILED)
-            .order_by(w.updated_at.desc(), w.content_id.desc())
-        ):
-            items = failed.setdefault(item.collection_id, [])
-            if len(items) < FAILED_SHOWN:
-                items.append(
-                    {
-                        "content_id": item.content_id,
-                        "error_code": item.last_error_code,
-                        "attempts": item.attempt_count,
-                        "updated_at": item.updated_at,
-                    }
-                )
+        failed = _failed_items(conn)
     details = []
     for row in rows:
         rules = rules_states.get(row.id, RulesState())
-        scope = coverage_rules.scope_status(
-            row.status, row.reconciliation_required, row.schema_version, rules.current
-        )
         due = oldest.get(row.id)
         details.append(
             CollectionStatus(
                 slug=row.slug,
                 id=row.id,
-                coverage=scope,
+                coverage=coverage_rules.scope_status(
+                    row.status, row.reconciliation_required, row.schema_version, rules.current
+                ),
                 status=row.status,
                 capture_state=row.capture_state,
                 change_epoch=int(row.change_epoch or 0),
@@ -155,6 +135,33 @@ def overview(engine: sa.Engine) -> tuple[str, str, list[CollectionStatus]]:
         )
     aggregate = coverage_rules.aggregate([d.coverage for d in details])
     return capture, aggregate, details
+
+
+def _oldest_due(conn: sa.Connection) -> dict[str, str]:
+    """Per collection, since when its oldest due item has waited."""
+    oldest: dict[str, str] = {}
+    for statement in _DUE_SINCE:
+        for collection_id, since in conn.execute(statement):
+            if since is not None and (collection_id not in oldest or since < oldest[collection_id]):
+                oldest[collection_id] = since
+    return oldest
+
+
+def _failed_items(conn: sa.Connection) -> dict[str, list[dict[str, Any]]]:
+    """Per collection, its newest failed items (up to ``FAILED_SHOWN``)."""
+    failed: dict[str, list[dict[str, Any]]] = {}
+    for item in conn.execute(_FAILED):
+        items = failed.setdefault(item.collection_id, [])
+        if len(items) < FAILED_SHOWN:
+            items.append(
+                {
+                    "content_id": item.content_id,
+                    "error_code": item.last_error_code,
+                    "attempts": item.attempt_count,
+                    "updated_at": item.updated_at,
+                }
+            )
+    return failed
 
 
 @dataclass(frozen=True)
