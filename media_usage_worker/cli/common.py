@@ -133,3 +133,11 @@ def log_in_one_line() -> None:
     package.addHandler(handler)
     package.setLevel(logging.WARNING)
     package.propagate = False
+
+
+def reconcile_soon() -> None:
+    """Ask the workers to start reconciling now (``tasks.dispatch.reconcile_soon``): Celery is
+    imported only by the commands that change what must be reconciled."""
+    from media_usage_worker.tasks.dispatch import reconcile_soon as send
+
+    send()

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import click
 
-from media_usage_worker.cli.common import database_url_option, handle_errors, open_engine
+from media_usage_worker.cli.common import (
+    database_url_option,
+    handle_errors,
+    open_engine,
+    reconcile_soon,
+)
 
 
 @click.group()
@@ -51,6 +56,7 @@ def activate_command(database_url: str) -> None:
 
     with open_engine(database_url) as engine:
         slugs = activate(engine)
+    reconcile_soon()  # content written before activation is indexed from now on
     click.echo(f"capture active on {len(slugs)} collection(s): {', '.join(slugs) or '-'}")
 
 

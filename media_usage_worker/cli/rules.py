@@ -10,7 +10,13 @@ import json
 
 import click
 
-from media_usage_worker.cli.common import database_url_option, handle_errors, open_engine, table
+from media_usage_worker.cli.common import (
+    database_url_option,
+    handle_errors,
+    open_engine,
+    reconcile_soon,
+    table,
+)
 from media_usage_worker.domain.content_model import validate_collection_slug
 from media_usage_worker.domain.reference_paths import (
     parse_reference_path,
@@ -38,6 +44,7 @@ def rules_add(collection: str, path: str, database_url: str) -> None:
     parsed = parse_reference_path(path)
     with open_engine(database_url) as engine:
         added = declare_reference_path(engine, collection, parsed)
+    reconcile_soon()  # the re-index under the new rules starts now
     if added:
         click.echo(f"declared {collection} {parsed.text}: {_REINDEX} {collection}")
     else:
@@ -57,6 +64,7 @@ def rules_remove(collection: str, path: str, database_url: str) -> None:
     parsed = parse_reference_path(path)
     with open_engine(database_url) as engine:
         remove_reference_path(engine, collection, parsed.text)
+    reconcile_soon()  # the re-index under the new rules starts now
     click.echo(f"removed {collection} {parsed.text}: {_REINDEX} {collection}")
 
 
@@ -71,6 +79,7 @@ def rules_add_url_prefix(prefix: str, database_url: str) -> None:
     validate_media_url_prefix(prefix)
     with open_engine(database_url) as engine:
         added = add_media_url_prefix(engine, prefix)
+    reconcile_soon()  # the re-index under the new rules starts now
     if added:
         click.echo(f"declared media URL prefix {prefix}: {_REINDEX} every collection")
     else:
@@ -88,6 +97,7 @@ def rules_remove_url_prefix(prefix: str, database_url: str) -> None:
     validate_media_url_prefix(prefix)
     with open_engine(database_url) as engine:
         remove_media_url_prefix(engine, prefix)
+    reconcile_soon()  # the re-index under the new rules starts now
     click.echo(f"removed media URL prefix {prefix}: {_REINDEX} every collection")
 
 

@@ -24,6 +24,7 @@ from media_usage_worker.repository import collections, work_operator
 from media_usage_worker.repository.collections import request_reindex
 from media_usage_worker.repository.deletion import page as deletion_page
 from media_usage_worker.repository.deletion import reopen as reopen_deletion
+from media_usage_worker.tasks.dispatch import reconcile_soon
 
 _RETRY_STATUS = {
     RetryOutcome.LEASE_ACTIVE: (409, "lease_active"),
@@ -106,6 +107,7 @@ def collection_routes(engine: sa.Engine, *, operate: Sequence[Depends]) -> APIRo
         await json_object(request, set(), optional=True)
         checked = validate_collection_slug(slug)
         epoch = await run_in_threadpool(request_reindex, engine, checked)
+        await run_in_threadpool(reconcile_soon)
         return JSONResponse(
             {
                 "collection": checked,

@@ -71,6 +71,33 @@ def first_tick_in(task_name: str, interval_seconds: float) -> bool:
     return _ledger().reserve([f"{TICK_KEY_PREFIX}:{task_name}"], interval_seconds / 2)[0]
 
 
+def reconcile_soon() -> bool:
+    """Send a reconciliation tick now: after activation, a change of extraction rules or a
+    repair request, the first step need not wait for the next beat tick (up to its interval).
+
+    Best effort, like ``after_write``: a broker that is down costs only that wait, and is
+    logged at INFO. The tick's late-duplicate key is dropped first, so this tick is not taken
+    for a duplicate of the beat's last one. ``True`` when the message was sent.
+    """
+    sender = sending_app()
+    try:
+        _ledger().release([f"{TICK_KEY_PREFIX}:{TaskName.RECONCILE_TICK.value}"])
+        with sender.connection_for_write() as conn:
+            # One attempt: a command must not stall for the transport's own retries.
+            conn.ensure_connection(max_retries=1, interval_start=0, interval_step=0, timeout=2)
+            sender.send_task(
+                TaskName.RECONCILE_TICK.value, queue=queue_name(), ignore_result=True,
+                retry=False, connection=conn,
+            )  # fmt: skip
+    except Exception as exc:
+        log.info(
+            "could not send a reconciliation tick (the next beat tick starts it): %s: %s",
+            type(exc).__name__, str(exc)[:200],
+        )  # fmt: skip
+        return False
+    return True
+
+
 def release(items: Sequence[tuple[str, str, int]]) -> None:
     """Forget the items' dispatch keys so their next due time is honoured at once."""
     _ledger().release([ledger.dispatch_key(*item) for item in items])

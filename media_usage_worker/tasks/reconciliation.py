@@ -14,6 +14,7 @@ from media_usage_worker.tasks import settings
 from media_usage_worker.tasks.app import media_usage_task
 from media_usage_worker.tasks.names import TaskName
 from media_usage_worker.tasks.ticks import beat_tick
+from media_usage_worker.tasks.work import feed_if_enqueued
 
 
 @media_usage_task(TaskName.RECONCILE_TICK, bind=True)
@@ -27,6 +28,7 @@ def reconcile_tick(self: Task) -> dict[str, Any]:
 
 def _advance(engine: Engine) -> tuple[dict[str, Any], bool]:
     reports = Reconciler(engine, defer_seconds=settings.reconcile_defer_seconds()).tick()
+    feed_if_enqueued(engine, reports)
     summary = {
         "steps": len(reports),
         "pages_enqueued": sum(1 for r in reports if r.action == ReconciliationAction.ENQUEUED),

@@ -12,11 +12,11 @@ from celery.exceptions import SoftTimeLimitExceeded
 from sqlalchemy import Engine
 
 from media_usage_worker.domain.errors import InvalidArgument, ItemsFailed
-from media_usage_worker.domain.vocabulary import Outcome
+from media_usage_worker.domain.vocabulary import Outcome, ReconciliationAction
 from media_usage_worker.domain.work import checked_items
 from media_usage_worker.pipeline.batch import BatchRun, Heartbeat
 from media_usage_worker.pipeline.fan_out import run_tick
-from media_usage_worker.pipeline.reconciliation import Reconciler
+from media_usage_worker.pipeline.reconciliation import Reconciler, StepReport
 from media_usage_worker.pipeline.settle import ProcessResult
 from media_usage_worker.tasks import dispatch, settings
 from media_usage_worker.tasks.app import media_usage_task
@@ -41,11 +41,13 @@ def tick(self: Task) -> dict[str, Any]:
     """Select due work page by page (up to the tick budget) and send it as messages."""
     return beat_tick(
         self, settings.tick_seconds(), waiting={"active": False, "dispatched": 0},
-        event="task-media-usage-tick", run=_dispatch_due,
+        event="task-media-usage-tick", run=dispatch_due,
     )  # fmt: skip
 
 
-def _dispatch_due(engine: Engine) -> tuple[dict[str, Any], bool]:
+def dispatch_due(engine: Engine) -> tuple[dict[str, Any], bool]:
+    """The tick's work: send due work as messages, as much as the queue's depth allows; the
+    summary, and whether capture is active."""
     ttl = settings.dispatch_ttl_seconds()
     report = run_tick(
         engine,
@@ -119,11 +121,19 @@ def _reconcile_now(engine: Engine) -> Callable[[], None]:
     and its last phases follow the drain at once."""
 
     def step() -> None:
-        Reconciler(engine, defer_seconds=settings.reconcile_defer_seconds()).tick(
+        reports = Reconciler(engine, defer_seconds=settings.reconcile_defer_seconds()).tick(
             budget_seconds=RECONCILE_NOW_SECONDS
         )
+        feed_if_enqueued(engine, reports)
 
     return step
+
+
+def feed_if_enqueued(engine: Engine, reports: Sequence[StepReport]) -> None:
+    """Send the work reconciliation steps just enqueued now, instead of at the next tick: the
+    workers drain a backfill's pages as fast as they are written (docs/design.md, "Pacing")."""
+    if any(r.action == ReconciliationAction.ENQUEUED for r in reports):
+        dispatch_due(engine)
 
 
 def _reported(summary: dict[str, Any], failed: list[Any]) -> dict[str, Any]:

@@ -16,11 +16,12 @@ from tests.index_oracle import (
     expected_index,
     expected_source_keys,
 )
-from tests.processes import wait_for
+from tests.processes import cli, wait_for
 from tests.support import SAMPLE_FIELDS, status_row
 
 
-def reconcile_pre_existing(db: sa.Engine, processes, entries: int, timeout: float) -> None:
+def written_before_activation(db: sa.Engine, entries: int):
+    """The sample collection with ``entries`` entries written while capture is off."""
     posts = CollectionRegistry(db).create_collection("posts", "Posts", SAMPLE_FIELDS)
     rows = [
         {
@@ -39,6 +40,11 @@ def reconcile_pre_existing(db: sa.Engine, processes, entries: int, timeout: floa
             ),
             rows,
         )
+    return posts
+
+
+def reconcile_pre_existing(db: sa.Engine, processes, entries: int, timeout: float) -> None:
+    posts = written_before_activation(db, entries)
     activate(db)
     processes.env["MEDIA_USAGE_RECONCILE_SECONDS"] = "1"
     processes.env["MEDIA_USAGE_RECONCILE_DEFER_SECONDS"] = "1"
@@ -59,6 +65,23 @@ def reconcile_pre_existing(db: sa.Engine, processes, entries: int, timeout: floa
 def test_ten_thousand_pre_existing_entries_reach_complete_coverage(db, processes) -> None:
     """The issue's full size: about two minutes per dialect with two worker processes."""
     reconcile_pre_existing(db, processes, 10_000, timeout=720)
+
+
+def test_activation_by_the_cli_is_backfilled_by_a_worker_without_any_tick(
+    db, processes, migrated_url
+) -> None:
+    """No beat: ``media-usage activate`` sends the first reconciliation tick itself, and the
+    worker feeds itself the rest (each page a step enqueues is sent at once, and the batch that
+    drains a collection wakes its next step), so the backfill reaches ``complete`` with the
+    default intervals and no tick at all."""
+    posts = written_before_activation(db, 3000)
+    processes.worker(concurrency=2)
+    ran = cli("activate", url=migrated_url)
+    assert ran.code == 0, ran.err
+    wait_for(lambda: status_row(db, posts.id)["status"] == "complete", timeout=180, interval=0.5)
+    assert status_row(db, posts.id)["reconciliation_required"] == 0
+    assert actual_source_keys(db) == expected_source_keys(db)
+    assert actual_index(db) == expected_index(db)
 
 
 def test_a_collection_indexed_under_older_rules_is_reindexed_by_worker_and_beat(
