@@ -103,7 +103,9 @@ def operator_order(item: OperatorWorkItem) -> tuple[str, str]:
     return (item.updated_at, item.content_id)
 
 
-MAX_BATCH = 100
+# Items one batch message may carry: a claim of up to this many items of one collection, worked
+# in reads of ``pipeline.batch.READ_CHUNK`` entries, so its memory does not grow with its size.
+MAX_BATCH = 1000
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,10 @@ if TYPE_CHECKING:
     from sqlalchemy import Connection, Engine
 
 __all__ = ["BatchRun", "Heartbeat", "ProcessResult"]
+# Entries read, planned and written together. A claim holds up to ``MAX_BATCH`` items, and
+# is worked a chunk at a time: the entries' text in memory is bounded by this many entries'
+# limits (``Limits.max_entry_chars``) whatever the claim's size.
+READ_CHUNK = 100
 log = logging.getLogger(__name__)
 # What a failure without an exception of its own means, for the log line that reports it.
 _CAUSES: dict[ErrorCode, str] = {
@@ -133,21 +137,26 @@ class BatchRun:
 
     def _claimed(self, conn: Connection, records: list[WorkRecord]) -> list[ProcessResult]:
         first = records[0]
+        results: list[ProcessResult] = []
         try:
             with self._keeping(records):
-                results = self._refresh_all(conn, records)
+                for start in range(0, len(records), READ_CHUNK):
+                    results += self._refresh_all(conn, records[start : start + READ_CHUNK])
         except self.interrupts:
             self._interrupted = True
             conn.invalidate()
-            # The leases go back through the engine: this connection is gone.
+            # The leases go back through the engine: this connection is gone. Entries of the
+            # chunks already done keep their results.
+            done = {r.content_id for r in results}
+            left = [r for r in records if r.content_id not in done]
             culprit, self._working_on = self._working_on, None
             if culprit is None:  # out of time in a shared read or write: nobody in particular
-                return [self._settle(self.engine, r, ErrorCode.TIME_LIMIT) for r in records]
-            return [
+                return results + [self._settle(self.engine, r, ErrorCode.TIME_LIMIT) for r in left]
+            return results + [
                 self._settle(self.engine, r, ErrorCode.TIME_LIMIT)
                 if r.content_id == culprit
                 else self._release(self.engine, r)
-                for r in records
+                for r in left
             ]
         if any(r.outcome == Outcome.COMPLETED for r in results):
             # Noted once, after the completions committed: were both in one transaction, the

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from media_usage_worker.domain.timestamps import seconds_between
 from media_usage_worker.domain.validation import split_usable
 from media_usage_worker.domain.vocabulary import DUE_STATES, ErrorCode, Outcome
-from media_usage_worker.domain.work import WorkRecord
+from media_usage_worker.domain.work import MAX_BATCH, WorkRecord
 from media_usage_worker.repository import coverage
 from media_usage_worker.repository import work_processing as work
 from media_usage_worker.repository.activation import is_activation_active
@@ -111,12 +111,14 @@ def fan_out_due_work(
     budget: int,
     send: Callable[[list[WorkRecord]], Sequence[object]],
 ) -> FanOut:
-    """Read up to ``budget`` due items page by page and hand each page to ``send``.
+    """Read up to ``budget`` due items page by page and hand them to ``send``, up to
+    ``MAX_BATCH`` at a time (so a backlog's messages can be as large as the batch size allows).
 
     Expired leases first (their holders died), then retries, then fresh work. An item whose
     content id no message may carry is settled here instead of being sent.
     """
     seen = sent = unusable = 0
+    ready: list[WorkRecord] = []
     for state in DUE_STATES:
         after = None
         while seen < budget:
@@ -127,10 +129,15 @@ def fan_out_due_work(
             for item in unusable_items:
                 settle_unusable_item(bind, item)
             unusable += len(unusable_items)
-            sent += len(send(usable)) if usable else 0
+            ready += usable
+            if len(ready) >= MAX_BATCH:
+                sent += len(send(ready))
+                ready = []
             if len(page) < limit:
                 break
             after = page[-1]
+    if ready:
+        sent += len(send(ready))
     return FanOut(seen, sent, unusable)
 
 

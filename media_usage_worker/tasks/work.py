@@ -77,7 +77,7 @@ def process_work(collection_id: Any, content_id: Any, work_version: Any) -> dict
 
 @media_usage_task(TaskName.PROCESS_BATCH)
 def process_batch(items: Any) -> dict[str, Any]:
-    """Process up to 100 items (``[collection_id, content_id, work_version]`` each) through the
+    """Process up to 1,000 items (``[collection_id, content_id, work_version]`` each) through the
     same path as one; the result counts the outcomes and names the items that failed."""
     ran = _process(TaskName.PROCESS_BATCH, items if isinstance(items, list) else [])
     if isinstance(ran, str):

@@ -17,6 +17,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from media_usage_worker.domain.work import MAX_BATCH
+
 ITEM_TASK = "media_usage.process_work"
 BATCH_TASK = "media_usage.process_batch"
 TICK_TASK = "media_usage.tick"
@@ -79,7 +81,7 @@ def _fixed_cases(real: tuple[str, str, int]) -> list[Forgery]:
         cases.append(Forgery(raw_entry=raw))
     # Batch messages: every malformed list is dropped whole, before any item is claimed.
     item = [collection_id, content_id, version]
-    for items in ([], [item] * 101, [item, [collection_id, "a\ud800", version]],
+    for items in ([], [item] * (MAX_BATCH + 1), [item, [collection_id, "a\ud800", version]],
                   [item, [collection_id, content_id]], [item, "x"], {"items": [item]},
                   [item, [collection_id, content_id, 10**30]], [[None, None, None]]):  # fmt: skip
         cases.append(Forgery(headers={"task": BATCH_TASK}, body=_body([items])))

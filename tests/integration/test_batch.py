@@ -12,7 +12,7 @@ from media_usage_worker.domain.content_model import FieldDefinition
 from media_usage_worker.domain.errors import InvalidArgument
 from media_usage_worker.domain.policy import Limits
 from media_usage_worker.domain.snapshots import ContentEntry
-from media_usage_worker.domain.work import Item, checked_items
+from media_usage_worker.domain.work import MAX_BATCH, Item, checked_items
 from media_usage_worker.pipeline.batch import BatchRun
 from media_usage_worker.pipeline.refresh import (
     columns_to_read,
@@ -67,6 +67,53 @@ def test_a_batch_indexes_every_item_and_restores_coverage(db, media_posts) -> No
     assert set(outcomes(results).values()) == {"completed"}
     assert actual_index(db) == expected_index(db)
     assert all(get_work(db, media_posts.id, i) is None for i in ids)
+
+
+def test_a_large_claim_is_worked_a_chunk_at_a_time(db, media_posts, monkeypatch) -> None:
+    """A message of 250 items is one claim, read and written in chunks of ``READ_CHUNK``: every
+    item is indexed, and no read holds more than a chunk's entries."""
+    import media_usage_worker.pipeline.batch as batch
+
+    ids = write(db, 250)
+    real_read = projection.read_entries
+    sizes: list[int] = []
+
+    def counted(*args, **kwargs):
+        sizes.append(len(args[3]))
+        return real_read(*args, **kwargs)
+
+    monkeypatch.setattr(projection, "read_entries", counted)
+    results = BatchRun(db, Limits()).run(items(media_posts.id, ids))
+    assert set(outcomes(results).values()) == {"completed"} and len(results) == 250
+    assert sizes == [batch.READ_CHUNK, batch.READ_CHUNK, 250 - 2 * batch.READ_CHUNK]
+    assert actual_index(db) == expected_index(db)
+    assert all(get_work(db, media_posts.id, i) is None for i in ids)
+
+
+def test_out_of_time_in_a_later_chunk_keeps_the_chunks_already_done(
+    db, media_posts, monkeypatch
+) -> None:
+    """The soft limit arrives in the second chunk: the first chunk's items stay completed,
+    the entry that took the time is charged, and the rest go back uncharged."""
+    import media_usage_worker.pipeline.refresh as planning
+
+    ids = write(db, 150)
+    real_plan = planning.plan_refresh
+
+    def slow_on_e120(state, *args, **kwargs):
+        if state.entry.content_id == "e120":
+            raise OutOfTime
+        return real_plan(state, *args, **kwargs)
+
+    monkeypatch.setattr(planning, "plan_refresh", slow_on_e120)
+    results = BatchRun(db, Limits(), interrupts=(OutOfTime,)).run(items(media_posts.id, ids))
+    found = outcomes(results)
+    assert len(results) == 150
+    assert {found[i] for i in ids[:100]} == {"completed"}
+    assert found["e120"] == "retry" and get_work(db, media_posts.id, "e120")["attempt_count"] == 1
+    rest = [i for i in ids[100:] if i != "e120"]
+    assert {found[i] for i in rest} == {"retry"}
+    assert {get_work(db, media_posts.id, i)["attempt_count"] for i in rest} == {0}
 
 
 def test_each_item_of_a_mixed_batch_ends_as_itself(db, media_posts) -> None:
@@ -124,7 +171,13 @@ def test_items_of_a_deleted_collection_are_obsolete_and_others_are_indexed(db, m
 def test_duplicates_in_a_batch_count_once_and_bad_items_reject_it_whole() -> None:
     batch = checked_items([["c", "e1", 1], ["c", "e1", "1"], ["c", "e2", 1]])
     assert batch == [Item("c", "e1", 1), Item("c", "e2", 1)]
-    for bad in ([], [["c", "e1"]], [["c", "e1", 0]], [["c", "", 1]], [["c", "e", 1]] * 101):
+    for bad in (
+        [],
+        [["c", "e1"]],
+        [["c", "e1", 0]],
+        [["c", "", 1]],
+        [["c", "e", 1]] * (MAX_BATCH + 1),
+    ):
         with pytest.raises(InvalidArgument):
             checked_items(bad)
 

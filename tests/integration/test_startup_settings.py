@@ -12,10 +12,10 @@ import pytest
 
 from tests.processes import ROOT, wait_for
 
-BAD = {"MEDIA_USAGE_TICK_SECONDS": "abc", "MEDIA_USAGE_BATCH_SIZE": "500"}
+BAD = {"MEDIA_USAGE_TICK_SECONDS": "abc", "MEDIA_USAGE_BATCH_SIZE": "5000"}
 SAYS = (
     "media-usage: MEDIA_USAGE_TICK_SECONDS must be a positive whole number, not 'abc'. "
-    "MEDIA_USAGE_BATCH_SIZE must be from 1 to 100, not 500."
+    "MEDIA_USAGE_BATCH_SIZE must be from 1 to 1000, not 5000."
 )
 
 

@@ -29,7 +29,11 @@ def test_the_defaults_are_valid() -> None:
         ("MEDIA_USAGE_TICK_SECONDS", "abc", "MEDIA_USAGE_TICK_SECONDS must be a positive whole"),
         ("MEDIA_USAGE_RECONCILE_SECONDS", "0", "MEDIA_USAGE_RECONCILE_SECONDS must be a positive"),
         ("MEDIA_USAGE_LEASE_SECONDS", "-5", "MEDIA_USAGE_LEASE_SECONDS must be a positive"),
-        ("MEDIA_USAGE_BATCH_SIZE", "500", "MEDIA_USAGE_BATCH_SIZE must be from 1 to 100, not 500"),
+        (
+            "MEDIA_USAGE_BATCH_SIZE",
+            "5000",
+            "MEDIA_USAGE_BATCH_SIZE must be from 1 to 1000, not 5000",
+        ),
         ("MEDIA_USAGE_MAX_OCCURRENCES", "1e6", "MEDIA_USAGE_MAX_OCCURRENCES must be a positive"),
         ("MEDIA_USAGE_RECONCILE_DEFER_SECONDS", "x", "MEDIA_USAGE_RECONCILE_DEFER_SECONDS must"),
         ("MEDIA_USAGE_TASK_TIME_LIMIT", "9000", "MEDIA_USAGE_TASK_TIME_LIMIT must be at most"),
