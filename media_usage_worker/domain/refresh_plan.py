@@ -91,11 +91,15 @@ class StorageKeys:
     def __init__(self) -> None:
         self.known: dict[str, str | None] = {}
         self.missing: set[str] = set()
+        # Every answer given for a key not read yet, counted: a plan during which this grew
+        # met such a key (even one another plan had already noted) and must be made again.
+        self.misses = 0
 
     def __call__(self, storage_key: str) -> str | None:
         if storage_key in self.known:
             return self.known[storage_key]
         self.missing.add(storage_key)
+        self.misses += 1
         return None
 
     def learn(self, found: Mapping[str, str]) -> None:

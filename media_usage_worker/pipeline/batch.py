@@ -18,17 +18,18 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
 from media_usage_worker.domain import policy
+from media_usage_worker.domain.extraction import MediaUrls
 from media_usage_worker.domain.refresh_plan import (
     CollectionState,
     EntryWrite,
-    StorageKeys,
     columns_to_read,
+    plan_refresh,
 )
 from media_usage_worker.domain.snapshots import ContentEntry
 from media_usage_worker.domain.vocabulary import ErrorCode, Outcome, RefreshCode
 from media_usage_worker.domain.work import Item, WorkRecord, grouped
 from media_usage_worker.pipeline.lease_keeper import keeper
-from media_usage_worker.pipeline.refresh import describe, plan_entry, refresh_entry, refresh_error
+from media_usage_worker.pipeline.refresh import describe, plan_entries, refresh_entry, refresh_error
 from media_usage_worker.pipeline.settle import (
     EntryOutcome,
     ProcessResult,
@@ -232,23 +233,27 @@ class BatchRun:
         """Each entry's write, or the code of why it has none."""
         writes: list[tuple[str, int, EntryWrite]] = []
         failed: dict[str, RefreshCode] = {}
-        keys = StorageKeys()
-        for record in records:
-            self._working_on = record.content_id
+        by_id = {record.content_id: record for record in records}
+
+        def plan_one(content_id: str, urls: MediaUrls) -> EntryWrite | RefreshCode:
+            entry = state.entries[content_id]
+            self._working_on = content_id
             try:
-                plan = plan_entry(
-                    conn, state, record.content_id, self.limits, claimed_lease(record), keys
-                )
+                lease = claimed_lease(by_id[content_id])
+                plan = plan_refresh(entry, state.fields, self.limits, lease, urls=urls)
             except Exception as exc:
                 if isinstance(exc, self.interrupts):
                     raise
-                self._causes[record.content_id] = describe(exc)
-                plan = refresh_error(state.entries[record.content_id].entry, exc)
+                self._causes[content_id] = describe(exc)
+                plan = refresh_error(entry.entry, exc)
             self._working_on = None
+            return plan
+
+        for content_id, plan in plan_entries(conn, state, list(by_id), plan_one).items():
             if isinstance(plan, EntryWrite):
-                writes.append((record.content_id, record.work_version, plan))
+                writes.append((content_id, by_id[content_id].work_version, plan))
             else:
-                failed[record.content_id] = plan
+                failed[content_id] = plan
         return writes, failed
 
     def _alone(self, conn: Connection, record: WorkRecord) -> ProcessResult:

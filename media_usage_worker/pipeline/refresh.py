@@ -10,6 +10,7 @@ batch path (``pipeline.batch``) for leased work items, each with one read and on
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 
 from media_usage_worker.domain.errors import EntryTooLarge, FieldDiscoveryError
 from media_usage_worker.domain.extraction import MediaUrls
@@ -28,10 +29,12 @@ from media_usage_worker.repository import projection
 from media_usage_worker.repository.db import Bind
 from media_usage_worker.repository.source_writes import write_entries, write_entry
 
+PlanOne = Callable[[str, MediaUrls], "EntryWrite | RefreshCode"]
 __all__ = [
     "columns_to_read",
     "describe",
     "media_urls",
+    "plan_entries",
     "plan_entry",
     "plan_refresh",
     "refresh_entries",
@@ -65,6 +68,32 @@ def plan_entry(
         keys.learn(projection.media_ids_by_storage_keys(bind, keys.missing))
         plan = plan_refresh(entry, state.fields, limits, lease, urls=urls)
     return plan
+
+
+Plan = EntryWrite | RefreshCode
+
+
+def plan_entries(
+    bind: Bind, state: CollectionState, content_ids: Sequence[str], plan_one: PlanOne
+) -> dict[str, Plan]:
+    """``plan_one`` of each entry of ``state`` (the caller's ``plan_refresh`` with its own error
+    handling), media file URLs resolved: the entries are planned once with the storage keys
+    known so far, every key they met and nobody had read is read in one statement, and only
+    the entries that met such a key are planned again."""
+    keys = StorageKeys()
+    urls = MediaUrls(state.media_url_prefixes, keys)
+    plans: dict[str, Plan] = {}
+    again: list[str] = []
+    for content_id in content_ids:
+        misses = keys.misses
+        plans[content_id] = plan_one(content_id, urls)
+        if keys.misses > misses:
+            again.append(content_id)
+    if again:
+        keys.learn(projection.media_ids_by_storage_keys(bind, keys.missing))
+        for content_id in again:
+            plans[content_id] = plan_one(content_id, urls)
+    return plans
 
 
 def media_urls(bind: Bind, state: CollectionState) -> MediaUrls:
@@ -137,12 +166,15 @@ def refresh_entries(
         return dict.fromkeys(content_ids, RefreshCode.GENERATION_CONFLICT)
     codes: dict[str, RefreshCode | None] = {}
     planned: dict[str, EntryWrite] = {}
-    keys = StorageKeys()
-    for content_id in content_ids:
+
+    def plan_one(content_id: str, urls: MediaUrls) -> Plan:
+        entry = state.entries[content_id]
         try:
-            plan = plan_entry(bind, state, content_id, limits, None, keys)
+            return plan_refresh(entry, state.fields, limits, None, urls=urls)
         except Exception as exc:
-            plan = refresh_error(state.entries[content_id].entry, exc)
+            return refresh_error(entry.entry, exc)
+
+    for content_id, plan in plan_entries(bind, state, content_ids, plan_one).items():
         if isinstance(plan, EntryWrite):
             planned[content_id] = plan
         else:

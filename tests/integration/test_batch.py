@@ -95,17 +95,17 @@ def test_out_of_time_in_a_later_chunk_keeps_the_chunks_already_done(
 ) -> None:
     """The soft limit arrives in the second chunk: the first chunk's items stay completed,
     the entry that took the time is charged, and the rest go back uncharged."""
-    import media_usage_worker.pipeline.refresh as planning
+    import media_usage_worker.pipeline.batch as batch
 
     ids = write(db, 150)
-    real_plan = planning.plan_refresh
+    real_plan = batch.plan_refresh
 
     def slow_on_e120(state, *args, **kwargs):
         if state.entry.content_id == "e120":
             raise OutOfTime
         return real_plan(state, *args, **kwargs)
 
-    monkeypatch.setattr(planning, "plan_refresh", slow_on_e120)
+    monkeypatch.setattr(batch, "plan_refresh", slow_on_e120)
     results = BatchRun(db, Limits(), interrupts=(OutOfTime,)).run(items(media_posts.id, ids))
     found = outcomes(results)
     assert len(results) == 150
@@ -114,6 +114,36 @@ def test_out_of_time_in_a_later_chunk_keeps_the_chunks_already_done(
     rest = [i for i in ids[100:] if i != "e120"]
     assert {found[i] for i in rest} == {"retry"}
     assert {get_work(db, media_posts.id, i)["attempt_count"] for i in rest} == {0}
+
+
+def test_entries_sharing_a_media_file_url_all_resolve_it_with_one_read(
+    db, media_posts, monkeypatch
+) -> None:
+    """Three entries of one batch name the same file by URL, one names a file no item has: the
+    keys are read once for the chunk, and each entry that met a key is planned again with it."""
+    from media_usage_worker.repository.schema import media
+
+    with db.begin() as conn:
+        conn.execute(media.insert().values(
+            id="m-photo", filename="photo.jpg", mime_type="image/jpeg", storage_key="photo.jpg"
+        ))  # fmt: skip
+    for content_id, key in (("u1", "photo.jpg"), ("u2", "photo.jpg"), ("u3", "photo.jpg"),
+                            ("u4", "missing.jpg")):  # fmt: skip
+        sql(db, "INSERT INTO ec_posts (id, hero) VALUES (:i, :h)", i=content_id,
+            h=f"/_emdash/api/media/file/{key}")  # fmt: skip
+    reads: list[set[str]] = []
+    real = projection.media_ids_by_storage_keys
+
+    def counted(bind, keys):
+        reads.append(set(keys))
+        return real(bind, keys)
+
+    monkeypatch.setattr(projection, "media_ids_by_storage_keys", counted)
+    results = BatchRun(db, Limits()).run(items(media_posts.id, ["u1", "u2", "u3", "u4"]))
+    assert set(outcomes(results).values()) == {"completed"}
+    assert reads == [{"photo.jpg", "missing.jpg"}]
+    assert actual_index(db) == expected_index(db)
+    assert len([r for r in actual_index(db) if r[3] == "m-photo"]) == 3
 
 
 def test_each_item_of_a_mixed_batch_ends_as_itself(db, media_posts) -> None:
@@ -258,17 +288,17 @@ def test_the_soft_limit_stops_the_batch_and_gives_every_claimed_item_back(db, me
 
 
 def test_only_the_entry_that_ran_out_of_time_is_charged(db, media_posts, monkeypatch) -> None:
-    import media_usage_worker.pipeline.refresh as planning
+    import media_usage_worker.pipeline.batch as batch
 
     ids = write(db, 5)
-    real_plan = planning.plan_refresh
+    real_plan = batch.plan_refresh
 
     def slow_on_e002(state, *args, **kwargs):
         if state.entry.content_id == "e002":
             raise OutOfTime  # the soft limit, arriving while e002 is extracted
         return real_plan(state, *args, **kwargs)
 
-    monkeypatch.setattr(planning, "plan_refresh", slow_on_e002)
+    monkeypatch.setattr(batch, "plan_refresh", slow_on_e002)
     results = BatchRun(db, Limits(), interrupts=(OutOfTime,)).run(items(media_posts.id, ids))
     found = {r.content_id: (str(r.outcome), r.error_code) for r in results}
     assert found == {

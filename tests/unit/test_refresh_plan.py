@@ -132,3 +132,13 @@ def test_media_urls_are_answered_from_keys_read_and_the_others_noted() -> None:
 
 def test_columns_to_read_are_media_fields_by_slug_then_display_fields() -> None:
     assert columns_to_read(FIELDS) == ["body", "hero", "title"]
+
+
+def test_every_answer_for_an_unread_key_is_counted_even_for_a_key_already_noted() -> None:
+    """A plan that met only keys another plan had already noted still answered ``None`` for
+    them: the count of misses, not the set of keys, says that it must be made again."""
+    keys = StorageKeys()
+    assert keys("a.jpg") is None and keys.misses == 1
+    assert keys("a.jpg") is None and keys.misses == 2 and keys.missing == {"a.jpg"}
+    keys.learn({"a.jpg": "m-a"})
+    assert keys("a.jpg") == "m-a" and keys.misses == 2
