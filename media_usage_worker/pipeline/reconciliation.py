@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -60,9 +61,18 @@ class StepReport:
 class Reconciler:
     """``tick`` is one bounded round of reconciliation work across due collections."""
 
-    def __init__(self, engine: Engine, *, defer_seconds: int = 5) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        defer_seconds: int = 5,
+        on_enqueued: Callable[[], object] | None = None,
+    ) -> None:
         self.engine = engine
         self.defer_seconds = defer_seconds
+        # Called after each step that enqueued work: the caller sends it at once, so the
+        # workers start on the first pages while the next are still being enqueued.
+        self.on_enqueued = on_enqueued
 
     def tick(self, max_steps: int = 100, budget_seconds: float = 5.0) -> list[StepReport]:
         """Up to ``max_steps`` pages (or ``budget_seconds``) of work across due collections."""
@@ -86,6 +96,8 @@ class Reconciler:
                     continue
                 try:
                     reports.append(self._step(coordinator))
+                    if reports[-1].action == Action.ENQUEUED and self.on_enqueued is not None:
+                        self.on_enqueued()
                 except Exception:
                     log.exception("reconciliation step for %s failed", coordinator.collection_slug)
                     self._fail(coordinator, ErrorCode.RECONCILIATION_FAILED)
@@ -144,7 +156,7 @@ class Reconciler:
     def _scan(self, c: Coordinator) -> StepReport:
         if store.work_backlog(self.engine, c.collection_id, SCAN_AHEAD) >= SCAN_AHEAD:
             # Enough queued: the drain wakes this run (or the next tick finds it due).
-            store.release(self.engine, c, self.defer_seconds)
+            store.release_to_wait(self.engine, c, self.defer_seconds, for_all=False)
             return StepReport(c.collection_slug, Phase.SCAN, Action.AHEAD)
         ids = store.scan_page(self.engine, c, STEP)
         if ids:
@@ -199,7 +211,7 @@ class Reconciler:
         """
         states = store.work_states(self.engine, c.collection_id)
         if states - {WorkState.FAILED}:
-            store.release(self.engine, c, self.defer_seconds)
+            store.release_to_wait(self.engine, c, self.defer_seconds, for_all=True)
             return StepReport(c.collection_slug, c.phase, Action.WAITING)
         if states:
             self._fail(c, ErrorCode.RECONCILIATION_ENTRY_FAILED, terminal=True)

@@ -187,17 +187,14 @@ def seed(engine: sa.Engine) -> None:
 # Work rows of a collection below which its reconciliation is woken: the next pages are
 # enqueued while the workers still have this much to do, so they never wait for a tick.
 WAKE_BELOW = 500
-_almost_drained = (
-    sa.select(sa.func.count())
-    .select_from(
-        sa.select(1)
-        .where(_w.collection_id == sa.bindparam("p_collection_id"))
-        .limit(WAKE_BELOW)
-        .subquery()
-    )
-    .scalar_subquery()
-    < WAKE_BELOW
-)
+
+
+def _almost_drained(collection_id: Any) -> sa.ColumnElement[bool]:
+    """Fewer than ``WAKE_BELOW`` work rows left in the collection (counted up to that many)."""
+    left = sa.select(1).where(_w.collection_id == collection_id).limit(WAKE_BELOW).subquery()
+    return sa.select(sa.func.count()).select_from(left).scalar_subquery() < WAKE_BELOW
+
+
 # A coordinator waiting (pending, not leased or failed) on a collection whose work has almost
 # drained becomes due now: its next step (more pages, or the phase after the drain) need not
 # wait for the next reconcile tick.
@@ -206,7 +203,7 @@ _WAKE = (
     .where(
         _r.collection_id == sa.bindparam("p_collection_id"),
         _r.state == ReconciliationState.PENDING,
-        _almost_drained,
+        _almost_drained(sa.bindparam("p_collection_id")),
     )
     .values(next_attempt_at=db_now(), updated_at=db_now())
     .returning(_r.collection_id)
@@ -250,6 +247,26 @@ def release(engine: sa.Engine, c: Coordinator, delay: int = 0, **progress: Any) 
     """Give the lease back, due again in ``delay`` seconds, with the step's progress."""
     with transaction(engine) as conn:
         return _update_held(conn, c, **unleased(ReconciliationState.PENDING, delay), **progress)
+
+
+def release_to_wait(engine: sa.Engine, c: Coordinator, delay: int, *, for_all: bool) -> bool:
+    """Give the lease back to wait for the workers: due again in ``delay`` seconds, or at once
+    if what it waits for has happened already: the collection's work has almost drained (the
+    scan, to queue more), or, ``for_all``, none is left but failed items (the barrier).
+
+    A batch that drained the collection while this step held the lease found no pending
+    coordinator to wake; its wake is not lost, because this statement (on the row that wake
+    would have changed) sees that batch's completions.
+    """
+    unfinished = sa.exists(
+        sa.select(1).where(_w.collection_id == c.collection_id, _w.state != WorkState.FAILED)
+    )
+    done = ~unfinished if for_all else _almost_drained(c.collection_id)
+    soon = sa.case((done, db_now()), else_=db_now(delay))
+    with transaction(engine) as conn:
+        return _update_held(
+            conn, c, **unleased(ReconciliationState.PENDING, None), next_attempt_at=soon
+        )
 
 
 def record_retry(engine: sa.Engine, c: Coordinator, code: ErrorCode, delay: int) -> None:

@@ -9,12 +9,11 @@ from celery import Task
 from sqlalchemy import Engine
 
 from media_usage_worker.domain.vocabulary import ReconciliationAction
-from media_usage_worker.pipeline.reconciliation import Reconciler
 from media_usage_worker.tasks import settings
 from media_usage_worker.tasks.app import media_usage_task
 from media_usage_worker.tasks.names import TaskName
 from media_usage_worker.tasks.ticks import beat_tick
-from media_usage_worker.tasks.work import feed_if_enqueued
+from media_usage_worker.tasks.work import reconciler
 
 
 @media_usage_task(TaskName.RECONCILE_TICK, bind=True)
@@ -27,8 +26,7 @@ def reconcile_tick(self: Task) -> dict[str, Any]:
 
 
 def _advance(engine: Engine) -> tuple[dict[str, Any], bool]:
-    reports = Reconciler(engine, defer_seconds=settings.reconcile_defer_seconds()).tick()
-    feed_if_enqueued(engine, reports)
+    reports = reconciler(engine).tick()
     summary = {
         "steps": len(reports),
         "pages_enqueued": sum(1 for r in reports if r.action == ReconciliationAction.ENQUEUED),

@@ -12,11 +12,11 @@ from celery.exceptions import SoftTimeLimitExceeded
 from sqlalchemy import Engine
 
 from media_usage_worker.domain.errors import InvalidArgument, ItemsFailed
-from media_usage_worker.domain.vocabulary import Outcome, ReconciliationAction
+from media_usage_worker.domain.vocabulary import Outcome
 from media_usage_worker.domain.work import checked_items
 from media_usage_worker.pipeline.batch import BatchRun, Heartbeat
-from media_usage_worker.pipeline.fan_out import run_tick
-from media_usage_worker.pipeline.reconciliation import Reconciler, StepReport
+from media_usage_worker.pipeline.fan_out import due_read_budget, fan_out_due_work, run_tick
+from media_usage_worker.pipeline.reconciliation import Reconciler
 from media_usage_worker.pipeline.settle import ProcessResult
 from media_usage_worker.tasks import dispatch, settings
 from media_usage_worker.tasks.app import media_usage_task
@@ -112,6 +112,9 @@ def _process(task: TaskName, items: Sequence[Sequence[object]]) -> list[ProcessR
         on_drained=_reconcile_now(engine),
     ).run(checked)
     dispatch.release([(i.collection_id, i.content_id, i.work_version) for i in checked])
+    if task == TaskName.PROCESS_BATCH:
+        # Batches are sent only for a backlog: keep it flowing without waiting for a tick.
+        top_up(engine)
     return results
 
 
@@ -121,19 +124,44 @@ def _reconcile_now(engine: Engine) -> Callable[[], None]:
     and its last phases follow the drain at once."""
 
     def step() -> None:
-        reports = Reconciler(engine, defer_seconds=settings.reconcile_defer_seconds()).tick(
-            budget_seconds=RECONCILE_NOW_SECONDS
-        )
-        feed_if_enqueued(engine, reports)
+        reconciler(engine).tick(budget_seconds=RECONCILE_NOW_SECONDS)
 
     return step
 
 
-def feed_if_enqueued(engine: Engine, reports: Sequence[StepReport]) -> None:
-    """Send the work reconciliation steps just enqueued now, instead of at the next tick: the
-    workers drain a backfill's pages as fast as they are written (docs/design.md, "Pacing")."""
-    if any(r.action == ReconciliationAction.ENQUEUED for r in reports):
-        dispatch_due(engine)
+def reconciler(engine: Engine) -> Reconciler:
+    """The reconciliation as the tasks run it: what a step enqueues is sent at once, not at the
+    next tick, so the workers drain a backfill's pages as fast as they are written
+    (docs/design.md, "Pacing")."""
+    return Reconciler(
+        engine,
+        defer_seconds=settings.reconcile_defer_seconds(),
+        on_enqueued=lambda: top_up(engine),
+    )
+
+
+def top_up(engine: Engine) -> int:
+    """Send due work while the queue runs low (the tick's fan-out and queue-depth budget,
+    without the rest of the tick); the number of items sent. A worker calls it after each batch
+    and after enqueueing a reconciliation's pages, so a backlog larger than one tick's budget
+    keeps the workers busy instead of waiting for the next tick. Never fails the task: the
+    next tick sends what this could not."""
+    try:
+        budget = due_read_budget(
+            dispatch.queued_messages(),
+            budget=settings.tick_budget(),
+            max_queued=settings.max_queued(),
+            batch_size=settings.batch_size(),
+        )
+        if budget == 0:
+            return 0
+        ttl = settings.dispatch_ttl_seconds()
+        return fan_out_due_work(engine, budget, lambda page: dispatch.send(page, ttl)).sent
+    except Exception as exc:
+        if isinstance(exc, OUT_OF_TIME):
+            raise
+        log.warning("could not send due work after a batch (the next tick will): %s", exc)
+        return 0
 
 
 def _reported(summary: dict[str, Any], failed: list[Any]) -> dict[str, Any]:

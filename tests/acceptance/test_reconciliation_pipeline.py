@@ -73,8 +73,10 @@ def test_activation_by_the_cli_is_backfilled_by_a_worker_without_any_tick(
     """No beat: ``media-usage activate`` sends the first reconciliation tick itself, and the
     worker feeds itself the rest (each page a step enqueues is sent at once, and the batch that
     drains a collection wakes its next step), so the backfill reaches ``complete`` with the
-    default intervals and no tick at all."""
+    default intervals and no tick at all. A send is capped at 500 items here, so the backlog
+    also relies on each batch topping the queue up."""
     posts = written_before_activation(db, 3000)
+    processes.env["MEDIA_USAGE_TICK_BUDGET"] = "500"
     processes.worker(concurrency=2)
     ran = cli("activate", url=migrated_url)
     assert ran.code == 0, ran.err
