@@ -19,7 +19,7 @@ def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_the_defaults_are_valid() -> None:
     settings.check_all()
     assert (settings.tick_seconds(), settings.batch_size(), settings.queue_name()) == (
-        5, 50, "media_usage",
+        5, 300, "media_usage",
     )  # fmt: skip
 
 
