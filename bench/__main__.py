@@ -56,6 +56,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int)
     parser.add_argument("--workers", type=int, nargs="+", default=[2, 4])
     parser.add_argument("--memory-items", type=int)
+    parser.add_argument(
+        "--dialects", nargs="+", choices=["postgresql", "sqlite"], default=["postgresql", "sqlite"]
+    )
+    parser.add_argument(
+        "--backfill-only", action="store_true", help="backfill: the activation alone, once"
+    )
     parser.add_argument("--latency-writes", type=int)
     parser.add_argument(
         "--capacity",
@@ -99,7 +105,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.which in ("all", "single"):
             report(single.run(bench, entries, repeat, items=min(entries, 1000)))
         if args.which in ("all", "backfill"):
-            report(backfill.run(bench, entries, repeat, args.workers[0]))
+            report(
+                backfill.run(
+                    bench, entries, repeat, args.workers[0], dialects=tuple(args.dialects),
+                    only_backfill=args.backfill_only,
+                )
+            )  # fmt: skip
         if args.which in ("all", "reads"):
             site, library, samples, clients, seconds = size["reads"]
             if args.entries:  # --entries N sizes the site; the library is half of it

@@ -113,7 +113,9 @@ def _database_mib(engine: sa.Engine, url: str) -> float:
     return sum(p.stat().st_size for p in path.parent.glob(path.name + "*")) / 2**20
 
 
-def backfill(bench: Bench, dialect: str, entries: int, workers: int) -> Backfill:
+def backfill(
+    bench: Bench, dialect: str, entries: int, workers: int, *, reindex: bool = True
+) -> Backfill:
     url = bench.inactive_database(dialect)
     fill(url, entries)  # no capture yet: nothing is queued
     bench.flush_redis()
@@ -127,12 +129,13 @@ def backfill(bench: Bench, dialect: str, entries: int, workers: int) -> Backfill
     _until_complete(engine, worker, run)
     run.activation = entries / (time.monotonic() - started)
     run.database_mib = _database_mib(engine, url)
-    changed = time.monotonic()
-    _cli(env, "rules", "add-url-prefix", URL_PREFIX)
-    reindex = Backfill()
-    _until_complete(engine, worker, reindex)
-    run.reindex = entries / (time.monotonic() - changed)
-    run.peak_rss_mib = max(run.peak_rss_mib, reindex.peak_rss_mib)
+    if reindex:
+        changed = time.monotonic()
+        _cli(env, "rules", "add-url-prefix", URL_PREFIX)
+        again = Backfill()
+        _until_complete(engine, worker, again)
+        run.reindex = entries / (time.monotonic() - changed)
+        run.peak_rss_mib = max(run.peak_rss_mib, again.peak_rss_mib)
     bench.stop_all()
     engine.dispose()
     return run
@@ -155,7 +158,19 @@ def wagtail_rebuild(site: Path, pages: int) -> float:
     return pages / (time.monotonic() - started)
 
 
-def run(bench: Bench, entries: int, repeat: int, workers: int) -> list[str]:
+def run(
+    bench: Bench,
+    entries: int,
+    repeat: int,
+    workers: int,
+    *,
+    dialects: tuple[str, ...] = ("postgresql", "sqlite"),
+    only_backfill: bool = False,
+) -> list[str]:
+    """Every figure side by side; ``only_backfill`` (for a run too long to repeat, such as a
+    million entries) measures the activation alone: no re-index, no rebuild, no peer."""
+    if only_backfill:
+        return _backfill_only(bench, entries, workers, dialects)
     lines = []
     site = wagtail_site(entries)
     if site is None:
@@ -163,7 +178,7 @@ def run(bench: Bench, entries: int, repeat: int, workers: int) -> list[str]:
             f"wagtail peer skipped: no site of {entries:,} pages under {WAGTAIL_DIR} "
             f"(../shared/peers/wagtail/build-and-time.sh {entries} builds it)"
         )
-    for dialect in ("postgresql", "sqlite"):
+    for dialect in dialects:
         runs: list[Backfill] = []
 
         def ours(dialect: str = dialect, runs: list[Backfill] = runs) -> float:
@@ -196,4 +211,24 @@ def run(bench: Bench, entries: int, repeat: int, workers: int) -> list[str]:
                 Figure(f"{name} wagtail rebuild", tuple(peer), "pages/s").line(),
                 Figure(f"{name} backfill/wagtail", tuple(ratios(pipeline, peer)), "").line(),
             ]
+    return lines
+
+
+def _backfill_only(
+    bench: Bench, entries: int, workers: int, dialects: tuple[str, ...]
+) -> list[str]:
+    lines = []
+    for dialect in dialects:
+        started = time.monotonic()
+        once = backfill(bench, dialect, entries, workers, reindex=False)
+        name = f"backfill {'PG' if dialect == 'postgresql' else 'SQLite'} {entries:,}"
+        at_10k = once.rss_at_10k_mib or 0.0
+        growth = (once.peak_rss_mib - at_10k) / at_10k * 100 if at_10k else 0.0
+        lines.append(
+            f"{name}: activation -> complete {entries / once.activation:,.0f} s "
+            f"({once.activation:,.0f} entries/s), last item -> complete {once.tail:.2f} s, "
+            f"worker RSS {at_10k:.1f} MiB at 10,000 entries, peak {once.peak_rss_mib:.1f} MiB "
+            f"({growth:+.1f} %), database {once.database_mib:,.0f} MiB "
+            f"(run with setup {time.monotonic() - started:,.0f} s)"
+        )
     return lines

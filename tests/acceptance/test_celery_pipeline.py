@@ -93,10 +93,11 @@ def outcomes():
 
 
 def test_in_process_worker_indexes_entries_written_by_plain_sql(
-    db, sample_posts, celery_worker, outcomes
+    db, sample_posts, celery_worker, outcomes, monkeypatch
 ) -> None:
     from media_usage_worker.tasks.work import tick
 
+    monkeypatch.setenv("MEDIA_USAGE_BATCH_SIZE", "50")
     write_entries(db, 200)
 
     def ticked_and_drained() -> bool:
