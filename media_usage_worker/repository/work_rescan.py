@@ -97,12 +97,17 @@ def enqueue_reconciliation_page(
         )
     ).where(owner_guard)
     insert = insert_factory(bind)(work).from_select([c.name for c in work.c], source)
-    # Conflict: same reset as the capture trigger, but never over newer-epoch work.
+    # Conflict: same reset as the capture trigger, but never over newer-epoch work. A row still
+    # pending keeps its version: nobody has read its entry yet, so whoever claims it reads it
+    # after this run began, and the message already sent for it (a host's write during a
+    # backfill, on the fast path) stays good instead of waiting for the run's own pages.
     statement = insert.on_conflict_do_update(
         index_elements=[w.collection_id, w.content_id],
         set_={
             "collection_slug": insert.excluded.collection_slug,
-            "work_version": w.work_version + 1,
+            "work_version": sa.case(
+                (w.state == WorkState.PENDING, w.work_version), else_=w.work_version + 1
+            ),
             **reset_to_pending(insert.excluded.change_epoch),
             "next_attempt_at": insert.excluded.next_attempt_at,
             "updated_at": insert.excluded.updated_at,

@@ -92,6 +92,27 @@ def test_enqueue_resets_only_older_epoch_rows(repo, reconciling_posts, db) -> No
     assert get_work(db, reconciling_posts.id, "newer") == newer
 
 
+def test_a_pending_row_joins_the_run_without_a_new_version(repo, reconciling_posts, db) -> None:
+    """A host's write during the run left its entry pending (its message already sent): the
+    run takes it at its epoch but keeps its version, so that message still claims it. A row
+    somebody holds, or one waiting to retry, gets a new version as before."""
+    insert_work(db, reconciling_posts, "waiting", change_epoch=EPOCH - 1, work_version=3)
+    insert_work(
+        db, reconciling_posts, "held", change_epoch=EPOCH - 1, work_version=3, state="leased",
+        lease_token="T", lease_expires_at=FUTURE,
+    )  # fmt: skip
+    insert_work(db, reconciling_posts, "retrying", change_epoch=EPOCH - 1, work_version=3,
+                state="retry", attempt_count=2)  # fmt: skip
+    enqueue(repo, reconciling_posts, ["waiting", "held", "retrying"])
+    rows = {i: get_work(db, reconciling_posts.id, i) for i in ("waiting", "held", "retrying")}
+    assert {i: (r["state"], r["work_version"], r["change_epoch"]) for i, r in rows.items()} == {
+        "waiting": ("pending", 3, EPOCH),
+        "held": ("pending", 4, EPOCH),
+        "retrying": ("pending", 4, EPOCH),
+    }
+    assert rows["held"]["lease_token"] is None and rows["retrying"]["attempt_count"] == 0
+
+
 BROKEN_GUARDS = {
     "run token": ("UPDATE _emdash_media_usage_reconciliations SET run_token = 'OTHER'", {}),
     "target epoch": ("UPDATE _emdash_media_usage_reconciliations SET target_epoch = 3", {}),
