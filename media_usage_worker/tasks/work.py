@@ -41,11 +41,11 @@ def tick(self: Task) -> dict[str, Any]:
     """Select due work page by page (up to the tick budget) and send it as messages."""
     return beat_tick(
         self, settings.tick_seconds(), waiting={"active": False, "dispatched": 0},
-        event="task-media-usage-tick", run=dispatch_due,
+        event="task-media-usage-tick", run=_dispatch_due,
     )  # fmt: skip
 
 
-def dispatch_due(engine: Engine) -> tuple[dict[str, Any], bool]:
+def _dispatch_due(engine: Engine) -> tuple[dict[str, Any], bool]:
     """The tick's work: send due work as messages, as much as the queue's depth allows; the
     summary, and whether capture is active."""
     ttl = settings.dispatch_ttl_seconds()
