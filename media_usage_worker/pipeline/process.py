@@ -1,8 +1,9 @@
 """Process one work item: the batch path (``pipeline.batch``) with a batch of one.
 
-The Celery task ``media_usage.process_work`` calls ``process_work_item``; every step after the
-claim is fenced by the lease (token and work version), so a stale message, a duplicate, or a
-worker whose lease expired cannot change anything (docs/design.md §3).
+``process_work_item`` runs one item as the Celery task ``media_usage.process_work`` does (a
+batch of one); every step after the claim is fenced by the lease (token and work version), so a
+stale message, a duplicate, or a worker whose lease expired cannot change anything
+(docs/design.md §3).
 """
 
 from __future__ import annotations
