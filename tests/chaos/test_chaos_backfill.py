@@ -86,8 +86,7 @@ def test_a_backfill_in_large_claims_loses_nothing_under_kills_and_flushes(
     assert left == {}, left
     assert report.stale == [], report.stale[:10]
     assert expected == actual
-    # The disruptions hit the backfill itself: both happened before it completed, and claims
-    # a kill cut short were taken again.
-    assert events["flushall"] and events["redis_restart"]
-    assert report.claims > ENTRIES + writer.created, figures
+    # The disruptions hit the backfill itself: 12,000 entries take longer than the 4 s after
+    # which both Redis events have happened, and than three kills.
+    assert events["flushall"] and events["redis_restart"] and kills >= 3, figures
     engine.dispose()
