@@ -8,10 +8,12 @@ CAP_NET_ADMIN); ``available`` says why a machine cannot, so the test skips with 
 
 from __future__ import annotations
 
+import itertools
 import os
+import re
 import shutil
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 SERVICES = ("pg", "rd")
 # A private range of this machine's own test hosts; nothing outside the namespaces uses it.
@@ -41,36 +43,71 @@ class Host:
     index: int
     namespace: str
     links: dict[str, str]  # service -> this side's interface name
+    octets: dict[str, int] = field(default_factory=dict)  # service -> its link's /24
 
     def address_of(self, service: str) -> str:
         """The server's address as this host reaches it over its own link."""
-        return f"{SUBNET}.{_octet(self.index, service)}.1"
+        return f"{SUBNET}.{self.octets[service]}.1"
 
     def command_prefix(self) -> list[str]:
         return ["ip", "netns", "exec", self.namespace]
 
 
-def _octet(index: int, service: str) -> int:
-    return 10 * (SERVICES.index(service) + 1) + index
+# A namespace of this module's, named for the process that made it.
+_NAMESPACE = re.compile(r"mu-host\d+-(\d+)(?:-\d+)?")
+_made = itertools.count(1)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def reclaim_leftovers() -> None:
+    """Remove namespaces a killed test run left behind (its ``close`` never ran): their links
+    would hold addresses of this range. Deleting a namespace deletes the veth pairs in it."""
+    for line in _ip("netns", "list").stdout.splitlines():
+        name = line.split()[0] if line.split() else ""
+        made_by = _NAMESPACE.fullmatch(name)
+        if made_by is not None and not _alive(int(made_by.group(1))):
+            _ip("netns", "del", name)
+
+
+def _free_octets() -> list[int]:
+    """Third octets of this range that no interface here uses: a run beside another (or
+    beside a leftover) never shares an address, so no reply is routed down a wrong link."""
+    used = {int(m.group(1)) for m in re.finditer(
+        rf"\b{re.escape(SUBNET)}\.(\d+)\.", _ip("-o", "addr").stdout)}  # fmt: skip
+    return [octet for octet in range(1, 255) if octet not in used]
 
 
 class Network:
     """Hosts ``1..count``; ``close`` removes every namespace and link it made."""
 
     def __init__(self, count: int) -> None:
-        tag = f"{os.getpid() % 10000:04d}"
+        pid, serial = os.getpid(), next(_made)
+        reclaim_leftovers()
+        free = iter(_free_octets())
         self.hosts: list[Host] = []
         try:
             for index in range(1, count + 1):
-                namespace = f"mu-host{index}-{tag}"
+                namespace = f"mu-host{index}-{pid}-{serial}"
                 self._must("netns", "add", namespace)
                 links: dict[str, str] = {}
                 # Known before its links exist, so ``close`` removes whatever was made.
-                self.hosts.append(Host(index, namespace, links))
+                host = Host(index, namespace, links)
+                self.hosts.append(host)
                 self._must("-n", namespace, "link", "set", "lo", "up")
                 for service in SERVICES:
-                    here, there = f"mu{service}{index}{tag}", f"mu{service}{index}{tag}x"
-                    octet = _octet(index, service)
+                    octet = host.octets[service] = next(free)
+                    # Unique while its octet is; an interface name has at most 15 characters.
+                    here = f"mu{octet}{service[0]}{pid % 10**7}"
+                    there = here + "x"
                     self._must("link", "add", here, "type", "veth", "peer", "name", there)
                     links[service] = here
                     self._must("link", "set", there, "netns", namespace)
