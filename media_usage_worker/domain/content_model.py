@@ -51,6 +51,12 @@ COLUMN_TYPE_BY_FIELD_TYPE: Mapping[str, str] = {
     "boolean": "INTEGER",
     **dict.fromkeys(("multiSelect", "portableText", "repeater", "json"), "JSON"),
 }
+# The columns of a source beyond content, as fields (``domain.host_sources``): read as text.
+SOURCE_COLUMN_TYPES: Mapping[str, str] = {
+    "sourceMediaId": "TEXT",
+    "sourceJson": "JSON",
+    "sourceUrl": "TEXT",
+}
 # A required column is NOT NULL with this default when the field gives none.
 EMPTY_DEFAULT_BY_COLUMN_TYPE: Mapping[str, str] = {
     "TEXT": "''",
@@ -103,6 +109,8 @@ class FieldDefinition:
 
     @property
     def column_type(self) -> str:
+        if self.type in SOURCE_COLUMN_TYPES:
+            return SOURCE_COLUMN_TYPES[self.type]
         return COLUMN_TYPE_BY_FIELD_TYPE[self.type]
 
     def validated(self) -> FieldDefinition:

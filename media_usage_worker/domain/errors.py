@@ -56,6 +56,14 @@ class RuleNotFound(MediaUsageError):
     """No such rule is declared."""
 
 
+class InvalidSource(InvalidArgument):
+    """The source is not one this project can index; nothing was stored."""
+
+
+class SourceNotFound(MediaUsageError):
+    """No such source is declared."""
+
+
 class DowngradeRefused(MediaUsageError):
     """Downgrade refused: media usage state still exists."""
 

@@ -8,6 +8,7 @@ anything that is not a well-formed reference is simply not an occurrence.
 from __future__ import annotations
 
 import functools
+import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -122,9 +123,16 @@ def extraction_fields(fields: Iterable[FieldDefinition]) -> list[ExtractionField
     for definition in fields:
         declared = tuple(_declared_path(p) for p in sorted(definition.reference_paths))
         subs = _image_sub_fields(definition) if definition.type == "repeater" else ()
-        if definition.type in ("image", "file", "portableText") or subs or declared:
+        if definition.type in _MEDIA_FIELD_TYPES or subs or declared:
             result.append(ExtractionField(definition.slug, definition.type, subs, declared))
     return sorted(result, key=lambda f: f.slug)
+
+
+# Field types that can hold media whatever their settings: a collection's, and the columns of
+# a source beyond content (``domain.host_sources``).
+_MEDIA_FIELD_TYPES = frozenset(
+    {"image", "file", "portableText", "sourceMediaId", "sourceJson", "sourceUrl"}
+)
 
 
 # Every refresh lists its fields' declared paths; each distinct path is parsed once.
@@ -307,9 +315,66 @@ def _field_occurrences(
                     if _is_plain_object(image):
                         path = f"{field.slug}[{index}].images[{position}]"
                         yield _asset_occurrence(field.slug, path, image.get("asset"))
+    elif field.type == "sourceMediaId":
+        yield _value_reference(field.slug, field.slug, "column_media_id", value, None, urls)
+    elif field.type == "sourceUrl":
+        yield _url_reference(field.slug, field.slug, value, urls)
+    elif field.type == "sourceJson":
+        yield from _json_references(field.slug, value, urls)
     for declared in field.declared_paths:
         for path, reached in declared.walk(value):
             yield _value_reference(field.slug, path, DECLARED_PATH, reached, None, urls)
+
+
+def _url_reference(field_slug: str, path: str, value: object, urls: MediaUrls) -> Occurrence | None:
+    """A media file's URL (only a URL: a bare word in a URL column is no reference)."""
+    if not isinstance(value, str):
+        return None
+    media_id = urls.media_id(value.strip())
+    if media_id is None:
+        return None
+    return _reference(field_slug, path, "media_url", None, media_id, None, None)
+
+
+# The keys by which a JSON value names a media item: emdash's media reference
+# (``{"mediaId": ...}``, site settings) and an image field's value (``{"id": ...}`` beside
+# one of the keys only a media value has).
+_MEDIA_VALUE_KEYS = ("provider", "mimeType", "src", "storageKey")
+
+
+def _json_references(
+    field_slug: str, value: object, urls: MediaUrls
+) -> Iterable[Occurrence | None]:
+    """Every media reference anywhere in a JSON value: media references, image values and
+    media file URLs, at any depth (walked without recursion). Text that is not JSON is
+    searched as one string."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            pass
+        except RecursionError:
+            return
+    stack: list[tuple[str, object]] = [(field_slug, value)]
+    while stack:
+        path, node = stack.pop()
+        if isinstance(node, str):
+            yield _url_reference(field_slug, path, node, urls)
+        elif _is_plain_object(node):
+            found: Occurrence | None = None
+            if isinstance(node.get("mediaId"), str):
+                found = _reference(
+                    field_slug, f"{path}.mediaId", "media_reference", node.get("provider"),
+                    node["mediaId"], node.get("mimeType"), None, urls,
+                )  # fmt: skip
+            elif "id" in node and any(k in node for k in _MEDIA_VALUE_KEYS):
+                found = _value_reference(field_slug, path, "media_value", node, None, urls)
+            yield found
+            # A media value's own strings (its ``src``) name the same item: not again.
+            children = [(k, v) for k, v in node.items() if found is None or not isinstance(v, str)]
+            stack.extend((f"{path}.{k}", v) for k, v in reversed(children))
+        elif isinstance(node, list):
+            stack.extend((f"{path}[{i}]", v) for i, v in reversed(list(enumerate(node))))
 
 
 def _asset_occurrence(field_slug: str, path: str, asset: object) -> Occurrence | None:

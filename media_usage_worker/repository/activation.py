@@ -12,14 +12,15 @@ from typing import Any
 import sqlalchemy as sa
 
 from media_usage_worker.domain.content_model import COLLECTION_SLUG_PATTERN
-from media_usage_worker.domain.errors import ActivationError
+from media_usage_worker.domain.errors import ActivationError, InvalidSource
+from media_usage_worker.domain.host_sources import HostSource
 from media_usage_worker.domain.vocabulary import (
     ActivationState,
     CaptureState,
     CoverageStatus,
     ErrorCode,
 )
-from media_usage_worker.repository import schema, triggers
+from media_usage_worker.repository import host_sources, schema, triggers
 from media_usage_worker.repository.clock import db_now
 from media_usage_worker.repository.content_tables import content_table_name
 from media_usage_worker.repository.predicates import active_status_row, status_row
@@ -140,6 +141,8 @@ def activate(engine: sa.Engine) -> list[str]:
                 .values(capture_state=CaptureState.ACTIVE, updated_at=db_now())
                 .where(_status.capture_state != CaptureState.ACTIVE)
             )
+        for source in host_sources.all_sources(conn):
+            _capture_source(conn, source)
         conn.execute(
             schema.activation.update()
             .where(
@@ -198,6 +201,9 @@ def deactivate(engine: sa.Engine) -> list[str]:
         # lock), so the work rows they queued exist by the time they are deleted below.
         for slug in slugs:
             triggers.remove(conn, slug)
+        for source in host_sources.all_sources(conn):
+            if sa.inspect(conn).has_table(source.table):
+                triggers.remove_source(conn, source)
         conn.execute(schema.work.delete())
         conn.execute(schema.reconciliations.delete())
         never = _status.status == CoverageStatus.NEVER
@@ -229,3 +235,51 @@ def deactivate(engine: sa.Engine) -> list[str]:
             )
         )
     return slugs
+
+
+def _capture_source(conn: sa.Connection, source: HostSource) -> None:
+    """What ``activate`` does for a collection, for a source beyond content."""
+    try:
+        host_sources.check_against_catalog(conn, source)
+    except InvalidSource as exc:
+        raise ActivationError(
+            f"Source {source.label!r} cannot be captured: {exc} Restore the table or remove "
+            "the source, then activate again."
+        ) from None
+    cid, scope = source.collection_id, source.scope_key
+    if not _capture_is_active(conn, cid, scope):
+        _prepare_for_activation(conn, cid, scope)
+    triggers.install_source(conn, source)
+    conn.execute(
+        schema.index_status.update()
+        .where(_status_row_for(cid, scope), _status.capture_state != CaptureState.ACTIVE)
+        .values(capture_state=CaptureState.ACTIVE, updated_at=db_now())
+    )
+
+
+def declare_source(engine: sa.Engine, source: HostSource) -> None:
+    """Register a host table as a source, in one transaction: checked against the catalog,
+    stored, and (while capture is active) captured, its coverage ``never`` until a
+    reconciliation has indexed the rows it already has."""
+    with engine.begin() as conn:
+        host_sources.check_declarable(conn, source)
+        host_sources.insert_source(conn, source)
+        capture = CaptureState.ACTIVE if is_activation_active(conn) else None
+        conn.execute(
+            schema.index_status.insert().values(
+                **_fresh_status_row(source.collection_id, source.scope_key, capture)
+            )
+        )
+        if capture is not None:
+            triggers.install_source(conn, source)
+
+
+def remove_declared_source(engine: sa.Engine, table: str) -> HostSource:
+    """Remove a declared source and everything of it, in one transaction: its triggers (the
+    drop waits for the table's writers in flight), its work, coverage and index rows."""
+    with engine.begin() as conn:
+        source = host_sources.require_declared(conn, table)
+        if sa.inspect(conn).has_table(source.table):
+            triggers.remove_source(conn, source)
+        host_sources.delete_index_of(conn, source.collection_id)
+    return source

@@ -29,6 +29,7 @@ from media_usage_worker.domain.errors import (
     FieldExists,
     MediaUsageError,
 )
+from media_usage_worker.domain.host_sources import ID_PREFIX
 from media_usage_worker.domain.vocabulary import CaptureState, CoverageStatus, ErrorCode
 from media_usage_worker.repository import activation
 from media_usage_worker.repository.clock import db_now
@@ -38,6 +39,7 @@ from media_usage_worker.repository.content_tables import (
     create_content_table,
 )
 from media_usage_worker.repository.db import Bind, on_bind, read_transaction, transaction
+from media_usage_worker.repository.host_sources import find_source
 from media_usage_worker.repository.ids import new_ulid
 from media_usage_worker.repository.predicates import registered
 from media_usage_worker.repository.schema import (
@@ -183,9 +185,14 @@ class CollectionRegistry:
 
 
 def load_fields(conn: sa.Connection, collection_id: str) -> list[FieldDefinition]:
-    """The collection's fields, each with the reference paths declared into it."""
+    """The collection's fields, each with the reference paths declared into it; a source
+    beyond content's columns, as fields (``domain.host_sources``)."""
     declared: dict[str, list[str]] = {}
-    for field_slug, path in conn.execute(_DECLARED_PATHS, {"collection_id": collection_id}):
+    paths = conn.execute(_DECLARED_PATHS, {"collection_id": collection_id}).all()
+    if collection_id.startswith(ID_PREFIX):
+        source = find_source(conn, collection_id)
+        return [] if source is None else source.fields((f, p) for f, p in paths)
+    for field_slug, path in paths:
         declared.setdefault(field_slug, []).append(path)
     rows = conn.execute(
         sa.select(

@@ -13,7 +13,12 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy import Column, Index, Table, Text
 
-from media_usage_worker.domain.content_model import EMPTY_DEFAULT_BY_COLUMN_TYPE, FieldDefinition
+from media_usage_worker.domain.content_model import (
+    EMPTY_DEFAULT_BY_COLUMN_TYPE,
+    STANDARD_CONTENT_COLUMNS,
+    FieldDefinition,
+)
+from media_usage_worker.domain.host_sources import is_source_scope, scope_table
 from media_usage_worker.repository.clock import db_legacy_now
 from media_usage_worker.repository.schema import revisions
 from media_usage_worker.repository.stored_text import StoredText
@@ -41,6 +46,35 @@ def content_columns(slug: str, columns: Sequence[str] = ("id",)) -> sa.TableClau
         content_table_name(slug),
         *(sa.column(name, StoredText if name == "id" else None) for name in columns),
     )
+
+
+def scope_columns(slug: str, columns: Sequence[str] = ("id",)) -> sa.FromClause:
+    """``content_columns`` of a collection or of a source beyond content, by its scope key.
+
+    A source's table is read as if it were a content table: its key column is ``id``, and a
+    standard content column it does not have (no source column takes such a name) is NULL.
+    """
+    if not is_source_scope(slug):
+        return content_columns(slug, columns)
+    named = scope_table(slug)
+    standard = set(STANDARD_CONTENT_COLUMNS)
+    table = sa.table(
+        named.table,
+        sa.column(named.key_column, StoredText),
+        *(sa.column(n) for n in dict.fromkeys(columns) if n not in standard),
+    )
+    selected = [
+        table.c[named.key_column].label("id")
+        if name == "id"
+        else (sa.null().label(name) if name in standard else table.c[name])
+        for name in dict.fromkeys(columns)
+    ]
+    return sa.select(*selected).subquery(named.table)
+
+
+def scope_table_name(slug: str) -> str:
+    """The table a collection's or a source's rows live in."""
+    return scope_table(slug).table if is_source_scope(slug) else content_table_name(slug)
 
 
 def identifier(name: str, dialect_name: str) -> str:

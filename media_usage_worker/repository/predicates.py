@@ -21,6 +21,7 @@ from media_usage_worker.repository.schema import (
     activation,
     collection_deletions,
     collections,
+    host_sources,
     index_status,
     work,
 )
@@ -29,10 +30,20 @@ _st = index_status.c
 _w = work.c
 
 
-def registered(collection_id: Any, slug: Any) -> sa.Exists:
-    """True while ``_emdash_collections`` holds exactly this id with exactly this slug."""
-    return sa.exists(
-        sa.select(1).where(collections.c.id == collection_id, collections.c.slug == slug)
+def registered(collection_id: Any, slug: Any) -> sa.ColumnElement[bool]:
+    """True while ``_emdash_collections`` holds exactly this id with exactly this slug, or
+    the registry of sources beyond content holds this source's identity (the two never share
+    one: ``domain.host_sources``)."""
+    return sa.or_(
+        sa.exists(
+            sa.select(1).where(collections.c.id == collection_id, collections.c.slug == slug)
+        ),
+        sa.exists(
+            sa.select(1).where(
+                host_sources.c.collection_id == collection_id,
+                host_sources.c.scope_key == slug,
+            )
+        ),
     )
 
 

@@ -23,12 +23,12 @@ from media_usage_worker.domain.refresh_plan import (
 )
 from media_usage_worker.domain.snapshots import ContentEntry, Revision, source_key
 from media_usage_worker.repository.collections import load_fields
-from media_usage_worker.repository.content_tables import content_columns
+from media_usage_worker.repository.content_tables import scope_columns
 from media_usage_worker.repository.db import Bind, read_transaction
 from media_usage_worker.repository.predicates import registered
 from media_usage_worker.repository.row_sets import RowSet
 from media_usage_worker.repository.rules import read_media_url_prefixes
-from media_usage_worker.repository.schema import collections, media, revisions, sources
+from media_usage_worker.repository.schema import media, revisions, sources
 
 s = sources.c
 SYSTEM_COLUMNS = (
@@ -105,20 +105,12 @@ def _content_rows(
     """The content rows, only while the collection still has this id and slug."""
     as_text = {f.slug for f in fields if f.column_type == "JSON"}
     names = list(dict.fromkeys([*SYSTEM_COLUMNS, *columns]))
-    content = content_columns(slug, names).alias("content")
+    content = scope_columns(slug, names).alias("content")
     selected = [
         sa.cast(column, sa.Text).label(column.name) if column.name in as_text else column
         for column in content.c
     ]
-    query = (
-        sa.select(*selected)
-        .select_from(
-            content.join(
-                collections, sa.and_(collections.c.slug == slug, collections.c.id == collection_id)
-            )
-        )
-        .where(content.c.id.in_(ids))
-    )
+    query = sa.select(*selected).where(content.c.id.in_(ids), registered(collection_id, slug))
     return {row.id: dict(row._mapping) for row in conn.execute(query)}
 
 

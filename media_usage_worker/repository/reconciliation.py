@@ -27,7 +27,7 @@ from media_usage_worker.domain.vocabulary import (
 from media_usage_worker.repository.activation import is_activation_active
 from media_usage_worker.repository.clock import db_now
 from media_usage_worker.repository.collections import load_fields
-from media_usage_worker.repository.content_tables import content_columns
+from media_usage_worker.repository.content_tables import scope_columns
 from media_usage_worker.repository.db import Bind, transaction
 from media_usage_worker.repository.ids import new_ulid
 from media_usage_worker.repository.leases import LeasedRows, leased_record, unleased
@@ -358,7 +358,7 @@ def start_run(engine: sa.Engine, c: Coordinator) -> RunStart | None:
         if epoch is None:
             return None
         field_list = load_fields(conn, c.collection_id)
-        content = content_columns(c.collection_slug)
+        content = scope_columns(c.collection_slug)
         upper = conn.execute(sa.select(sa.func.max(content.c.id))).scalar_one_or_none()
     return RunStart(int(epoch), field_list, upper)
 
@@ -367,7 +367,7 @@ def scan_page(engine: sa.Engine, c: Coordinator, limit: int) -> list[str]:
     """The next content ids of the scan, up to the id that was largest when the run began."""
     if c.scan_upper_id is None:
         return []
-    content = content_columns(c.collection_slug)
+    content = scope_columns(c.collection_slug)
     query = sa.select(content.c.id).where(content.c.id <= c.scan_upper_id)
     if c.scan_cursor is not None:
         query = query.where(content.c.id > c.scan_cursor)
@@ -397,7 +397,7 @@ def source_page(engine: sa.Engine, c: Coordinator, limit: int) -> list[tuple[str
 
 
 def present_content_ids(engine: sa.Engine, slug: str, candidates: list[str]) -> set[str]:
-    content = content_columns(slug)
+    content = scope_columns(slug)
     with transaction(engine) as conn:
         return set(
             conn.execute(sa.select(content.c.id).where(content.c.id.in_(candidates))).scalars()

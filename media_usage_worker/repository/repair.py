@@ -12,7 +12,7 @@ from media_usage_worker.domain.errors import RepairNotPossible
 from media_usage_worker.domain.vocabulary import CoverageStatus, ErrorCode
 from media_usage_worker.repository.activation import is_activation_active
 from media_usage_worker.repository.clock import db_now
-from media_usage_worker.repository.content_tables import content_columns
+from media_usage_worker.repository.content_tables import scope_columns
 from media_usage_worker.repository.db import Bind, transaction
 from media_usage_worker.repository.predicates import active_status_row, status_row
 from media_usage_worker.repository.rules import record_indexed_rules
@@ -42,14 +42,14 @@ def begin_repair(
         ).scalar_one_or_none()  # fmt: skip
         if epoch is None:
             raise RepairNotPossible(f"Capture is not active for collection {slug!r}.")
-        content = content_columns(slug)
+        content = scope_columns(slug)
         total = conn.execute(sa.select(sa.func.count()).select_from(content)).scalar_one()
     return int(epoch), int(total)
 
 
 def content_id_page(bind: Bind, slug: str, after: str | None, limit: int) -> list[str]:
     """The next ``limit`` content ids of the collection in id order, after ``after``."""
-    content = content_columns(slug)
+    content = scope_columns(slug)
     query = sa.select(content.c.id).order_by(content.c.id).limit(limit)
     if after is not None:
         query = query.where(content.c.id > after)
@@ -59,7 +59,7 @@ def content_id_page(bind: Bind, slug: str, after: str | None, limit: int) -> lis
 
 def orphaned_content_ids(bind: Bind, collection_id: str, slug: str) -> list[str]:
     """Content ids that have index sources but no content row any more."""
-    content = content_columns(slug)
+    content = scope_columns(slug)
     with transaction(bind) as conn:
         return list(
             conn.execute(

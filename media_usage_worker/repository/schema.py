@@ -507,3 +507,58 @@ media_url_prefixes = Table(
     Column("prefix", Text, primary_key=True),
     _sortable_now("created_at"),
 )
+
+# This project's own: the sources of media references beyond content collections
+# (docs/operations.md, "Sources"): the built-in ones once their tables exist, and the host
+# tables an operator declared. ``columns`` is a JSON list of ``[column, kind]`` pairs.
+host_sources = Table(
+    "_media_usage_worker_sources",
+    metadata,
+    Column("collection_id", Text, primary_key=True),
+    Column("scope_key", Text, nullable=False, unique=True),
+    Column("kind", Text, nullable=False),
+    Column("table_name", Text, nullable=False, unique=True),
+    Column("key_column", Text, nullable=False),
+    Column("columns", Text, nullable=False),
+    _sortable_now("created_at"),
+)
+
+# --- emdash's tables of media references outside content (created where a database lacks
+# them, emdash-shaped, so a site without emdash has them too) ---------------------------------
+
+options = Table(
+    "options",
+    metadata,
+    Column("name", Text, primary_key=True, nullable=True),
+    Column("value", Text, nullable=False),
+)
+
+users = Table(
+    "users",
+    metadata,
+    Column("id", Text, primary_key=True, nullable=True),
+    Column("email", Text, nullable=False, unique=True),
+    Column("name", Text),
+    Column("avatar_id", Text),
+    Column("role", Integer, nullable=False, server_default=sa.text("10")),
+    _legacy_now("created_at"),
+    _legacy_now("updated_at"),
+)
+
+bylines = Table(
+    "_emdash_bylines",
+    metadata,
+    Column("id", Text, primary_key=True, nullable=True),
+    Column("slug", Text, nullable=False, unique=True),
+    Column("display_name", Text, nullable=False),
+    Column("bio", Text),
+    Column("avatar_media_id", Text),
+    Column("website_url", Text),
+    Column("user_id", Text),
+    _zero("is_guest"),
+    _legacy_now("created_at"),
+    _legacy_now("updated_at"),
+    sa.ForeignKeyConstraint(["avatar_media_id"], ["media.id"], ondelete="SET NULL"),
+)
+
+HOST_REFERENCE_TABLES = (options, users, bylines)

@@ -22,11 +22,12 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from media_usage_worker.domain.host_sources import is_source_scope
 from media_usage_worker.domain.refresh_plan import MATCH_COLUMNS, REVISION_COLUMN, EntryWrite
 from media_usage_worker.domain.snapshots import Snapshot
 from media_usage_worker.domain.work import Lease
 from media_usage_worker.repository.clock import db_now
-from media_usage_worker.repository.content_tables import content_columns
+from media_usage_worker.repository.content_tables import scope_columns
 from media_usage_worker.repository.db import Bind, transaction
 from media_usage_worker.repository.ids import new_ulid
 from media_usage_worker.repository.predicates import (
@@ -36,7 +37,13 @@ from media_usage_worker.repository.predicates import (
     registered,
 )
 from media_usage_worker.repository.row_sets import RowSet
-from media_usage_worker.repository.schema import collections, occurrences, sources, work
+from media_usage_worker.repository.schema import (
+    collections,
+    host_sources,
+    occurrences,
+    sources,
+    work,
+)
 from media_usage_worker.repository.upsert import insert_factory_for
 
 __all__ = ["EntryWrite", "apply_writes", "write_entries", "write_entry"]
@@ -143,10 +150,15 @@ def _lock_collections(conn: sa.Connection, writes: Sequence[EntryWrite]) -> str 
     }
     now = None
     for collection_id, slug in sorted(identities):
+        # A source beyond content is registered (and removed) in its own registry.
+        if is_source_scope(slug):
+            registry = host_sources.c
+            identity = [registry.collection_id == collection_id, registry.scope_key == slug]
+        else:
+            registry = collections.c
+            identity = [registry.id == collection_id, registry.slug == slug]
         locked = conn.execute(
-            sa.select(collections.c.id, db_now().label("now"))
-            .where(collections.c.id == collection_id, collections.c.slug == slug)
-            .with_for_update(key_share=True)
+            sa.select(db_now().label("now")).where(*identity).with_for_update(key_share=True)
         ).first()
         if locked is None:
             return None
@@ -220,7 +232,8 @@ def _promotions(
 ) -> tuple[list[_Promotion], list[int]]:
     """The sources to promote of the writes still held, and the writes that cannot be.
 
-    A source without a content version to compare against is never promoted; a source key
+    A content source without a content version to compare against is never promoted (a
+    source beyond content has none: its write is fenced by its lease alone); a source key
     already promoted by an earlier write of the batch waits for its own refresh.
     """
     promotions: list[_Promotion] = []
@@ -232,7 +245,8 @@ def _promotions(
         for snapshot, current in write.replace:
             source = snapshot.source
             key = source["source_key"]
-            if source["source_version"] is None or source["source_updated_at"] is None:
+            unversioned = source["source_version"] is None or source["source_updated_at"] is None
+            if unversioned and not is_source_scope(source["collection_slug"]):
                 unpromotable.append(index)
                 continue
             if key in keys:
@@ -305,18 +319,23 @@ def _promote_statement(
         columns += _LEASE_COLUMNS
     row_set = RowSet("promoted", tuple(columns))
     v = row_set.table(dialect).c
-    content = content_columns(slug, ["id", "version", "updated_at", revision_column])
+    content = scope_columns(slug, ["id", "version", "updated_at", revision_column])
+    if is_source_scope(slug):
+        # A source's table has no version to compare: its row is still there, and (below)
+        # the lease that every write to the row takes away still holds. Unleased, nothing
+        # could tell a stale read, so nothing is written.
+        unchanged = [content.c.id == v.v_content_id, sa.true() if fenced else sa.false()]
+    else:
+        # The content row is still the version (and revision) the snapshot was read from.
+        unchanged = [
+            content.c.id == v.v_content_id,
+            content.c.version == v.v_source_version,
+            content.c.updated_at == v.v_source_updated_at,
+            content.c[revision_column].is_not_distinct_from(v.v_revision_id),
+        ]
     guards: list[sa.ColumnElement[bool]] = [
         registered(v.v_collection_id, v.v_collection_slug),
-        # The content row is still the version (and revision) the snapshot was read from.
-        sa.exists(
-            sa.select(1).where(
-                content.c.id == v.v_content_id,
-                content.c.version == v.v_source_version,
-                content.c.updated_at == v.v_source_updated_at,
-                content.c[revision_column].is_not_distinct_from(v.v_revision_id),
-            )
-        ),
+        sa.exists(sa.select(1).where(*unchanged)),
     ]
     if fenced:
         guards.append(
@@ -402,7 +421,7 @@ def _remove(
         registered(observed["collection_id"], observed["collection_slug"]),
     ]
     if content_absent:
-        content = content_columns(observed["collection_slug"], ["id"])
+        content = scope_columns(observed["collection_slug"], ["id"])
         guards.append(~sa.exists(sa.select(1).where(content.c.id == observed["content_id"])))
     deleted = conn.execute(sources.delete().where(*guards).returning(s.source_key)).first()
     if deleted is None:

@@ -13,12 +13,12 @@ from media_usage_worker.domain.timestamps import seconds_between
 from media_usage_worker.domain.vocabulary import WorkState
 from media_usage_worker.repository.clock import db_now, is_due
 from media_usage_worker.repository.db import read_transaction
+from media_usage_worker.repository.host_sources import SCOPES
 from media_usage_worker.repository.rules import read_rules_states
 from media_usage_worker.repository.schema import (
     ADAPTER_ID,
     SCOPE_TYPE,
     activation,
-    collections,
     index_status,
     occurrences,
     reconciliations,
@@ -53,20 +53,20 @@ class CollectionStatus:
 
 _STATUS_ROWS = (
     sa.select(
-        collections.c.slug, collections.c.id, st.status, st.capture_state, st.change_epoch,
+        SCOPES.c.slug, SCOPES.c.id, st.status, st.capture_state, st.change_epoch,
         st.reconciliation_required, st.schema_version, st.last_error_code,
     )
     .select_from(
-        collections.outerjoin(
+        SCOPES.outerjoin(
             index_status,
             sa.and_(
                 st.adapter_id == ADAPTER_ID,
                 st.scope_type == SCOPE_TYPE,
-                st.scope_key == collections.c.slug,
+                st.scope_key == SCOPES.c.slug,
             ),
         )
     )
-    .order_by(collections.c.slug)
+    .order_by(SCOPES.c.slug)
 )  # fmt: skip
 _WORK_COUNTS = sa.select(w.collection_id, w.state, sa.func.count()).group_by(
     w.collection_id, w.state

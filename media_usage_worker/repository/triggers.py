@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Callable
 
 import sqlalchemy as sa
 
 from media_usage_worker.domain.errors import UnsafeIdentity
+from media_usage_worker.domain.host_sources import HostSource
 from media_usage_worker.repository.content_tables import content_table_name
 
 CAPTURE_TRIGGER_VERSION = 1
@@ -131,7 +133,10 @@ def _postgres_trigger(name: str, event: str, table: str, cid: str, slug: str) ->
 
 def owned_triggers(conn: sa.Connection, slug: str) -> list[str]:
     """Names of every ``emdash_mu_`` trigger on ``ec_<slug>``."""
-    table = content_table_name(slug)
+    return _owned_on(conn, content_table_name(slug))
+
+
+def _owned_on(conn: sa.Connection, table: str) -> list[str]:
     if conn.dialect.name == "postgresql":
         query = sa.text(
             "SELECT tgname FROM pg_trigger WHERE tgrelid = to_regclass(:t) AND NOT tgisinternal"
@@ -148,10 +153,13 @@ def _drop_owned(conn: sa.Connection, slug: str) -> None:
     The names come from the catalog, where anyone who can create a trigger chose them, so each
     is quoted as an identifier: a name is never read as SQL.
     """
-    table = content_table_name(slug)
-    suffix = f" ON {table}" if conn.dialect.name == "postgresql" else ""
+    _drop_owned_on(conn, content_table_name(slug))
+
+
+def _drop_owned_on(conn: sa.Connection, table: str) -> None:
     quote = conn.dialect.identifier_preparer.quote_identifier
-    for name in owned_triggers(conn, slug):
+    suffix = f" ON {quote(table)}" if conn.dialect.name == "postgresql" else ""
+    for name in _owned_on(conn, table):
         conn.exec_driver_sql(f"DROP TRIGGER IF EXISTS {quote(name)}{suffix}")
 
 
@@ -177,3 +185,141 @@ def remove(conn: sa.Connection, slug: str) -> None:
     """Drop every capture trigger on ``ec_<slug>`` (collection deletion)."""
     _checked("x", slug)
     _drop_owned(conn, slug)
+
+
+# --- sources beyond content (domain.host_sources) ---------------------------------------------
+# The same capture as a content table's, for a source's table: the row's key is its content
+# id, the registry of sources stands where the collections' registry does, and an update
+# is captured only when it touches the key or a column the source reads. An update that
+# changes the key captures the old key too (that row is gone).
+
+POSTGRES_SOURCE_FUNCTION = "emdash_media_usage_capture_source_work"
+_SAFE_SOURCE_ID = re.compile(r"source-[a-z_][a-z0-9_]{0,56}")
+_SAFE_SCOPE_KEY = re.compile(r"[a-z]+:[a-z_][a-z0-9_]{0,56}:[a-z_][a-z0-9_]{0,56}")
+
+POSTGRES_SOURCE_FUNCTION_SQL = f"""
+CREATE OR REPLACE FUNCTION {POSTGRES_SOURCE_FUNCTION}() RETURNS trigger
+LANGUAGE plpgsql AS $capture$
+DECLARE
+    v_collection_id text := TG_ARGV[0];
+    v_scope text := TG_ARGV[1];
+    v_key_column text := TG_ARGV[2];
+    v_keys text[];
+    v_key text;
+    v_epoch bigint;
+    v_now text := to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"');
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        v_keys := ARRAY[to_jsonb(NEW) ->> v_key_column];
+    ELSIF TG_OP = 'DELETE' THEN
+        v_keys := ARRAY[to_jsonb(OLD) ->> v_key_column];
+    ELSE
+        v_keys := ARRAY[to_jsonb(NEW) ->> v_key_column];
+        IF (to_jsonb(OLD) ->> v_key_column) IS DISTINCT FROM v_keys[1] THEN
+            v_keys := v_keys || (to_jsonb(OLD) ->> v_key_column);
+        END IF;
+    END IF;
+    UPDATE _emdash_media_usage_index_status AS s SET
+        change_epoch = s.change_epoch + 1,
+        status = CASE WHEN s.status = 'complete' THEN 'stale' ELSE s.status END,
+        completed_at = CASE WHEN s.status = 'complete' THEN NULL ELSE s.completed_at END,
+        updated_at = v_now
+    WHERE s.adapter_id = 'content-media' AND s.scope_type = 'collection'
+        AND s.scope_key = v_scope AND s.collection_id = v_collection_id
+        AND s.capture_state = 'active'
+        AND EXISTS (SELECT 1 FROM _media_usage_worker_sources AS r
+                    WHERE r.collection_id = v_collection_id AND r.scope_key = v_scope)
+    RETURNING s.change_epoch INTO v_epoch;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION '{INACTIVE_MESSAGE}' USING ERRCODE = 'P0001';
+    END IF;
+    FOREACH v_key IN ARRAY v_keys LOOP
+        INSERT INTO _emdash_media_usage_work ({_WORK_COLUMNS})
+        VALUES (v_collection_id, v_scope, v_key, v_epoch, 1, 'pending', 0, v_now,
+            NULL, NULL, NULL, NULL, v_now, v_now){_WORK_CONFLICT};
+    END LOOP;
+    RETURN NULL;
+END
+$capture$
+"""
+
+
+def _checked_source(source: HostSource) -> HostSource:
+    source.validated()
+    if not (
+        _SAFE_SOURCE_ID.fullmatch(source.collection_id)
+        and _SAFE_SCOPE_KEY.fullmatch(source.scope_key)
+    ):
+        raise UnsafeIdentity(f"Source {source.table!r} has no safe identity.")
+    return source
+
+
+def _sqlite_source_trigger(
+    name: str, event: str, source: HostSource, quote: Callable[[str], str]
+) -> str:
+    cid, scope = source.collection_id, source.scope_key
+    key = quote(source.key_column)
+    status_row = f"""adapter_id = 'content-media' AND scope_type = 'collection'
+            AND scope_key = '{scope}' AND collection_id = '{cid}' AND capture_state = 'active'"""
+
+    def enqueue(row_key: str, when: str = "") -> str:
+        return f"""
+    INSERT INTO _emdash_media_usage_work ({_WORK_COLUMNS})
+    SELECT '{cid}', '{scope}', {row_key}, change_epoch, 1, 'pending', 0, {_SQLITE_NOW},
+        NULL, NULL, NULL, NULL, {_SQLITE_NOW}, {_SQLITE_NOW}
+    FROM _emdash_media_usage_index_status WHERE {status_row}{when}{_WORK_CONFLICT};"""
+
+    if event == "INSERT":
+        writes = enqueue(f"NEW.{key}")
+    elif event == "DELETE":
+        writes = enqueue(f"OLD.{key}")
+    else:
+        writes = enqueue(f"NEW.{key}") + enqueue(f"OLD.{key}", f" AND OLD.{key} IS NOT NEW.{key}")
+    return f"""CREATE TRIGGER {name} AFTER {_source_event(event, source, quote)}
+    ON {quote(source.table)} FOR EACH ROW
+BEGIN
+    UPDATE _emdash_media_usage_index_status SET
+        change_epoch = change_epoch + 1,
+        status = CASE WHEN status = 'complete' THEN 'stale' ELSE status END,
+        completed_at = CASE WHEN status = 'complete' THEN NULL ELSE completed_at END,
+        updated_at = {_SQLITE_NOW}
+    WHERE {status_row}
+        AND EXISTS (SELECT 1 FROM _media_usage_worker_sources
+                    WHERE collection_id = '{cid}' AND scope_key = '{scope}');
+    SELECT RAISE(ABORT, '{INACTIVE_MESSAGE}') WHERE changes() <> 1;{writes}
+END"""
+
+
+def _source_event(event: str, source: HostSource, quote: Callable[[str], str]) -> str:
+    if event != "UPDATE":
+        return event
+    read = [source.key_column, *(name for name, _ in source.columns)]
+    return "UPDATE OF " + ", ".join(quote(name) for name in read)
+
+
+def install_source(conn: sa.Connection, source: HostSource) -> None:
+    """(Re)create a source table's three capture triggers; drop any other ``emdash_mu_``
+    trigger on it."""
+    source = _checked_source(source)
+    quote = conn.dialect.identifier_preparer.quote
+    postgres = conn.dialect.name == "postgresql"
+    _drop_owned_on(conn, source.table)
+    if postgres:
+        conn.exec_driver_sql(POSTGRES_SOURCE_FUNCTION_SQL)
+    names = trigger_names(source.collection_id, source.scope_key)
+    for suffix, event, _ in EVENTS:
+        if postgres:
+            ddl = (
+                f"CREATE TRIGGER {names[suffix]} AFTER {_source_event(event, source, quote)} "
+                f"ON {quote(source.table)} FOR EACH ROW EXECUTE FUNCTION "
+                f"{POSTGRES_SOURCE_FUNCTION}('{source.collection_id}', '{source.scope_key}', "
+                f"'{source.key_column}')"
+            )
+        else:
+            ddl = _sqlite_source_trigger(names[suffix], event, source, quote)
+        conn.exec_driver_sql(ddl)
+
+
+def remove_source(conn: sa.Connection, source: HostSource) -> None:
+    """Drop every capture trigger on a source's table."""
+    _drop_owned_on(conn, _checked_source(source).table)

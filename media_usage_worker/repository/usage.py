@@ -11,16 +11,17 @@ import sqlalchemy as sa
 from media_usage_worker.domain import coverage as coverage_rules
 from media_usage_worker.domain import validation as check
 from media_usage_worker.domain.cursor import SLUG_ORDER, decode_cursor, encode_cursor, usage_scope
+from media_usage_worker.domain.host_sources import kind_label
 from media_usage_worker.domain.rules import RulesState
 from media_usage_worker.domain.vocabulary import CoverageStatus
 from media_usage_worker.repository.activation import is_activation_active
 from media_usage_worker.repository.db import read_transaction
+from media_usage_worker.repository.host_sources import SCOPES
 from media_usage_worker.repository.predicates import being_deleted
 from media_usage_worker.repository.rules import read_rules_states
 from media_usage_worker.repository.schema import (
     ADAPTER_ID,
     SCOPE_TYPE,
-    collections,
     index_status,
     media,
     occurrences,
@@ -29,7 +30,7 @@ from media_usage_worker.repository.schema import (
 
 s = sources.c
 u = occurrences.c
-c = collections.c
+c = SCOPES.c
 VARIANTS = ("columns", "draft_overlay")
 
 
@@ -40,6 +41,9 @@ class ScopeCoverage:
     # The extraction rules the collection's index was computed under (``None``: unknown); a
     # ``complete`` status holds only under the running rules (docs/design.md §5, "Rules").
     rules: str | None = None
+    # ``content`` for a collection; ``settings``, ``user``, ``byline`` or ``table:<name>`` for a
+    # source beyond content, whose ``collection_slug`` is its scope key (domain.host_sources).
+    kind: str = "content"
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,10 @@ class UsageEntry:
     scheduled_at: str | None
     deleted_at: str | None
     sources: list[dict[str, Any]] = field(default_factory=list)
+    # Where the use is: ``content`` (an entry of ``collection``), ``settings`` (a settings key),
+    # ``user``, ``byline`` or ``table:<name>`` (a row of a declared table), the row's key then
+    # in ``content_id`` and the source's scope key in ``collection``.
+    kind: str = "content"
 
 
 @dataclass(frozen=True)
@@ -81,7 +89,7 @@ def read_coverage(conn: sa.Connection) -> Coverage:
         sa.select(c.slug, c.id, index_status.c.status, index_status.c.reconciliation_required,
                   index_status.c.schema_version)
         .select_from(
-            collections.outerjoin(
+            SCOPES.outerjoin(
                 index_status,
                 sa.and_(
                     index_status.c.adapter_id == ADAPTER_ID,
@@ -97,7 +105,7 @@ def read_coverage(conn: sa.Connection) -> Coverage:
     for slug, collection_id, status, required, schema_version in rows:
         rules = states.get(collection_id, RulesState())
         scope = coverage_rules.scope_status(status, required, schema_version, rules.current)
-        scopes.append(ScopeCoverage(slug, scope, rules.indexed_under))
+        scopes.append(ScopeCoverage(slug, scope, rules.indexed_under, kind_label(slug)))
     return Coverage(coverage_rules.aggregate([x.status for x in scopes]), scopes)
 
 
@@ -117,7 +125,7 @@ def _current_eligible(active: bool) -> tuple[sa.FromClause, list[sa.ColumnElemen
     draft = sources.alias("draft")
     joined = sources.join(
         occurrences, sa.and_(u.source_key == s.source_key, u.generation == s.current_generation)
-    ).join(collections, c.slug == s.collection_slug)
+    ).join(SCOPES, c.slug == s.collection_slug)
     where = [
         # Filters on the source a media id's occurrence leads to, never a way in: wrapped, no
         # index can serve them, so every read of this join starts from the occurrences of the
@@ -287,6 +295,7 @@ def _entry(
         scheduled_at=preferred.content_scheduled_at if preferred else None,
         deleted_at=deleted,
         sources=[{"variant": v, "occurrences": occ} for v, occ in grouped.items()],
+        kind=kind_label(slug),
     )
 
 

@@ -21,7 +21,7 @@ from media_usage_worker.domain.work import (
     operator_order,
 )
 from media_usage_worker.repository.clock import db_now, lease_is_live
-from media_usage_worker.repository.content_tables import content_columns
+from media_usage_worker.repository.content_tables import scope_columns
 from media_usage_worker.repository.db import Bind, read_transaction, transaction
 from media_usage_worker.repository.predicates import active_status_row, lease_expired, registered
 from media_usage_worker.repository.schema import collections, index_status, sources, work
@@ -146,7 +146,7 @@ def _active_operator_collection(bind: Bind, collection_id: str) -> str | None:
 def _entry_is_known(bind: Bind, collection_id: str, slug: str, content_id: str) -> bool:
     """The entry has a content row, or sources in the index (an entry deleted since it was
     indexed: a retry removes them)."""
-    entry = content_columns(slug)
+    entry = scope_columns(slug)
     with read_transaction(bind) as conn:
         in_content = conn.execute(
             sa.select(1).select_from(entry).where(entry.c.id == content_id).limit(1)

@@ -18,7 +18,7 @@ from media_usage_worker.domain.errors import InvalidArgument
 from media_usage_worker.domain.vocabulary import DUE_STATES, ErrorCode, Outcome, WorkState
 from media_usage_worker.domain.work import WorkRecord, due_order
 from media_usage_worker.repository.clock import db_now, is_due, lease_is_live
-from media_usage_worker.repository.content_tables import content_columns
+from media_usage_worker.repository.content_tables import scope_columns
 from media_usage_worker.repository.db import Bind, read_transaction, transaction
 from media_usage_worker.repository.ids import new_ulid
 from media_usage_worker.repository.predicates import checked_only, due_or_expired
@@ -153,7 +153,7 @@ def settle_unusable_work(bind: Bind, record: WorkRecord, error_code: ErrorCode) 
     ``FAILED``, or ``SUPERSEDED`` when the row moved on since it was read.
     """
     code = check.error_code(error_code)
-    content = content_columns(record.collection_slug)
+    content = scope_columns(record.collection_slug)
     # The id is bound through StoredText (column types), so a SQLite id that is not UTF-8
     # is matched byte for byte.
     this_item = [

@@ -1,0 +1,177 @@
+"""Sources of media references outside content collections: site settings, user and byline
+avatars, and any host table an operator declares (docs/design.md, "Sources beyond content").
+
+Each source is indexed as a collection of its own, so it goes through everything a
+collection does (capture, work, leases, fences, reconciliation, coverage, reads). Its identity
+cannot be mistaken for a collection's: the id starts with ``source-`` (emdash's ids are ULIDs)
+and the scope key, stored where a collection's slug is, holds ``:`` (no collection slug can).
+The scope key names the source's kind, table and key column, so a statement over the source's
+table is built from the identity alone.
+
+Pure: what a source is and how its identity reads; ``repository.host_sources`` stores them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from media_usage_worker.domain.content_model import STANDARD_CONTENT_COLUMNS, FieldDefinition
+from media_usage_worker.domain.errors import InvalidSource
+
+ID_PREFIX = "source-"
+# A table or column a source names: unquoted lower-case SQL identifiers that both dialects
+# read the same way; short enough that ``source-<table>`` is a safe capture identity.
+IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]{0,56}")
+MAX_COLUMNS = 16
+
+
+class SourceKind(StrEnum):
+    """Where a use is: a content entry, or one of the sources beyond content."""
+
+    CONTENT = "content"
+    SETTINGS = "settings"
+    USER = "user"
+    BYLINE = "byline"
+    TABLE = "table"
+
+
+class ColumnKind(StrEnum):
+    """How a source column holds media: a media id, JSON (searched whole), or a media URL."""
+
+    MEDIA_ID = "media_id"
+    JSON = "json"
+    URL = "url"
+
+
+# The field type extraction gives each column kind (``domain.extraction``).
+FIELD_TYPE_BY_COLUMN_KIND = {
+    ColumnKind.MEDIA_ID: "sourceMediaId",
+    ColumnKind.JSON: "sourceJson",
+    ColumnKind.URL: "sourceUrl",
+}
+
+
+def checked_identifier(value: object, what: str) -> str:
+    if not isinstance(value, str) or not IDENTIFIER.fullmatch(value):
+        shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
+        raise InvalidSource(
+            f"{what} {shown} must match ^[a-z_][a-z0-9_]{{0,56}}$ (an unquoted lower-case "
+            "SQL identifier)."
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class HostSource:
+    """A source table: its kind, its key column and the columns that hold media."""
+
+    kind: SourceKind
+    table: str
+    key_column: str
+    columns: tuple[tuple[str, ColumnKind], ...]
+
+    def validated(self) -> HostSource:
+        if self.kind == SourceKind.CONTENT:
+            raise InvalidSource("A content collection is not a source of its own.")
+        checked_identifier(self.table, "Table")
+        checked_identifier(self.key_column, "Key column")
+        if not self.columns:
+            raise InvalidSource(f"Source {self.table!r} names no column that holds media.")
+        if len(self.columns) > MAX_COLUMNS:
+            raise InvalidSource(f"A source has at most {MAX_COLUMNS} columns.")
+        seen: set[str] = set()
+        for name, kind in self.columns:
+            checked_identifier(name, "Column")
+            if not isinstance(kind, ColumnKind):
+                raise InvalidSource(f"Column {name!r} has no known kind.")
+            if name == self.key_column or name in seen:
+                raise InvalidSource(f"Column {name!r} is named twice.")
+            if name in STANDARD_CONTENT_COLUMNS:
+                # Read as a content table, a source's row has these columns empty.
+                raise InvalidSource(
+                    f"Column {name!r} shares its name with a standard content column; a "
+                    "source cannot index it."
+                )
+            seen.add(name)
+        return self
+
+    @property
+    def collection_id(self) -> str:
+        return f"{ID_PREFIX}{self.table}"
+
+    @property
+    def scope_key(self) -> str:
+        return f"{self.kind.value}:{self.table}:{self.key_column}"
+
+    @property
+    def label(self) -> str:
+        """The kind a reader sees: ``settings``, ``user``, ``byline`` or ``table:<name>``."""
+        return f"table:{self.table}" if self.kind == SourceKind.TABLE else self.kind.value
+
+    def fields(self, reference_paths: Iterable[tuple[str, str]] = ()) -> list[FieldDefinition]:
+        """The columns as fields extraction reads, with the paths declared into them."""
+        declared: dict[str, list[str]] = {}
+        for column, path in reference_paths:
+            declared.setdefault(column, []).append(path)
+        return [
+            FieldDefinition(
+                slug=name,
+                label=name,
+                type=FIELD_TYPE_BY_COLUMN_KIND[kind],
+                reference_paths=tuple(sorted(declared.get(name, ()))),
+            )
+            for name, kind in self.columns
+        ]
+
+
+@dataclass(frozen=True)
+class ScopeTable:
+    """What a scope key says of a source's table."""
+
+    kind: SourceKind
+    table: str
+    key_column: str
+
+
+def is_source_scope(slug: str) -> bool:
+    """Whether a scope key (a collection's slug otherwise) names a source beyond content."""
+    return ":" in slug
+
+
+def scope_table(slug: str) -> ScopeTable:
+    """The table a source's scope key names, its identifiers checked (they become SQL)."""
+    parts = slug.split(":")
+    if len(parts) != 3:
+        raise InvalidSource(f"{slug!r} is not a source's scope key.")
+    kind, table, key = parts
+    try:
+        source_kind = SourceKind(kind)
+    except ValueError:
+        raise InvalidSource(f"{slug!r} names no known source kind.") from None
+    return ScopeTable(
+        source_kind,
+        checked_identifier(table, "Table"),
+        checked_identifier(key, "Key column"),
+    )
+
+
+def kind_label(slug: str) -> str:
+    """The kind of a use whose source has this scope key: ``content`` for a collection's."""
+    if not is_source_scope(slug):
+        return SourceKind.CONTENT.value
+    named = scope_table(slug)
+    return f"table:{named.table}" if named.kind == SourceKind.TABLE else named.kind.value
+
+
+# emdash's own tables that hold media references outside content, built in.
+BUILT_IN: Sequence[HostSource] = (
+    HostSource(SourceKind.SETTINGS, "options", "name", (("value", ColumnKind.JSON),)),
+    HostSource(SourceKind.USER, "users", "id", (("avatar_id", ColumnKind.MEDIA_ID),)),
+    HostSource(
+        SourceKind.BYLINE, "_emdash_bylines", "id", (("avatar_media_id", ColumnKind.MEDIA_ID),)
+    ),
+)
+BUILT_IN_TABLES = frozenset(source.table for source in BUILT_IN)

@@ -1,0 +1,183 @@
+"""The registry of sources beyond content collections (``domain.host_sources``): built-in
+ones and declared host tables, checked against the catalog before anything is stored.
+
+Declaring or removing a source is one transaction: the registry row, its capture triggers,
+its coverage row (reconciled from the start) and, on removal, every row of it in the index.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import sqlalchemy as sa
+
+from media_usage_worker.domain.errors import InvalidSource, SourceNotFound
+from media_usage_worker.domain.host_sources import (
+    BUILT_IN_TABLES,
+    ColumnKind,
+    HostSource,
+    SourceKind,
+    checked_identifier,
+)
+from media_usage_worker.repository import schema
+from media_usage_worker.repository.db import Bind, transaction
+
+_h = schema.host_sources.c
+# Column types a key may have: text, so a key is the work table's content id as it is.
+_TEXT_TYPES = ("TEXT", "VARCHAR", "CHARACTER VARYING", "CHAR", "CHARACTER")
+
+
+def registry_row(source: HostSource) -> dict[str, Any]:
+    return {
+        "collection_id": source.collection_id,
+        "scope_key": source.scope_key,
+        "kind": source.kind.value,
+        "table_name": source.table,
+        "key_column": source.key_column,
+        "columns": json.dumps([[name, kind.value] for name, kind in source.columns]),
+    }
+
+
+def _from_row(row: sa.Row[Any]) -> HostSource:
+    return HostSource(
+        SourceKind(row.kind),
+        row.table_name,
+        row.key_column,
+        tuple((name, ColumnKind(kind)) for name, kind in json.loads(row.columns)),
+    )
+
+
+def find_source(conn: sa.Connection, collection_id: str) -> HostSource | None:
+    row = conn.execute(
+        sa.select(schema.host_sources).where(_h.collection_id == collection_id)
+    ).first()
+    return None if row is None else _from_row(row)
+
+
+def all_sources(conn: sa.Connection) -> list[HostSource]:
+    """Every registered source, in table order, read in the caller's transaction."""
+    rows = conn.execute(sa.select(schema.host_sources).order_by(_h.table_name)).all()
+    return [_from_row(row) for row in rows]
+
+
+def list_sources(bind: Bind) -> list[HostSource]:
+    with transaction(bind) as conn:
+        return all_sources(conn)
+
+
+def check_against_catalog(conn: sa.Connection, source: HostSource) -> None:
+    """The table exists with every named column, and its key column is a text key (the
+    primary key, or unique and NOT NULL); raises ``InvalidSource`` saying what is wrong."""
+    source.validated()
+    inspector = sa.inspect(conn)
+    if not inspector.has_table(source.table):
+        raise InvalidSource(f"Table {source.table!r} does not exist.")
+    columns = {c["name"]: c for c in inspector.get_columns(source.table)}
+    for name in (source.key_column, *(n for n, _ in source.columns)):
+        if name not in columns:
+            raise InvalidSource(f"Table {source.table!r} has no column {name!r}.")
+    key = columns[source.key_column]
+    type_name = str(key["type"]).split("(")[0].upper()
+    if type_name not in _TEXT_TYPES:
+        raise InvalidSource(
+            f"Key column {source.key_column!r} of {source.table!r} is {type_name}, not text: "
+            "a source's rows are named by a text key."
+        )
+    primary = inspector.get_pk_constraint(source.table).get("constrained_columns") or []
+    unique = [list(u["column_names"]) for u in inspector.get_unique_constraints(source.table)]
+    unique += [
+        [str(n) for n in i["column_names"]]
+        for i in inspector.get_indexes(source.table)
+        if i["unique"]
+    ]
+    is_key = primary == [source.key_column] or (
+        [source.key_column] in unique and not key["nullable"]
+    )
+    if not is_key:
+        raise InvalidSource(
+            f"Column {source.key_column!r} is not a key of {source.table!r}: it must be the "
+            "primary key, or unique and NOT NULL."
+        )
+
+
+def check_declarable(conn: sa.Connection, source: HostSource) -> None:
+    """A declared source: a table no other source or collection already covers."""
+    if source.kind != SourceKind.TABLE:
+        raise InvalidSource("Only a host table is declared; the built-in sources are fixed.")
+    if source.table in BUILT_IN_TABLES:
+        raise InvalidSource(f"Table {source.table!r} is a built-in source already.")
+    if source.table.startswith(("ec_", "_emdash_media_usage", "_media_usage_worker")):
+        raise InvalidSource(
+            f"Table {source.table!r} is a content table or this project's own; it cannot be "
+            "declared as a source."
+        )
+    taken = conn.execute(sa.select(1).where(_h.table_name == source.table)).first()
+    if taken is not None:
+        raise InvalidSource(f"Table {source.table!r} is declared already.")
+    check_against_catalog(conn, source)
+
+
+def insert_source(conn: sa.Connection, source: HostSource) -> None:
+    conn.execute(schema.host_sources.insert().values(**registry_row(source)))
+
+
+def delete_index_of(conn: sa.Connection, collection_id: str) -> None:
+    """Every row the index and the work path hold for one source, gone."""
+    keys = sa.select(schema.sources.c.source_key).where(
+        schema.sources.c.collection_id == collection_id
+    )
+    conn.execute(schema.occurrences.delete().where(schema.occurrences.c.source_key.in_(keys)))
+    conn.execute(schema.sources.delete().where(schema.sources.c.collection_id == collection_id))
+    for table in (schema.work, schema.reconciliations, schema.rules_state):
+        conn.execute(table.delete().where(table.c.collection_id == collection_id))
+    conn.execute(
+        schema.reference_paths.delete().where(
+            schema.reference_paths.c.collection_id == collection_id
+        )
+    )
+    conn.execute(
+        schema.index_status.delete().where(
+            schema.index_status.c.adapter_id == schema.ADAPTER_ID,
+            schema.index_status.c.scope_type == schema.SCOPE_TYPE,
+            schema.index_status.c.collection_id == collection_id,
+        )
+    )
+    conn.execute(schema.host_sources.delete().where(_h.collection_id == collection_id))
+
+
+def parse_columns(specs: Sequence[str]) -> tuple[tuple[str, ColumnKind], ...]:
+    """``column=kind`` pairs (``media_id``, ``json`` or ``url``), as an operator writes them."""
+    parsed = []
+    for spec in specs:
+        name, sep, kind = spec.partition("=")
+        if not sep:
+            raise InvalidSource(f"Column {spec!r} must be written column=kind.")
+        try:
+            parsed.append((checked_identifier(name, "Column"), ColumnKind(kind)))
+        except ValueError:
+            known = ", ".join(k.value for k in ColumnKind)
+            raise InvalidSource(f"Column {name!r} has unknown kind {kind!r}: {known}.") from None
+    return tuple(parsed)
+
+
+def require_declared(conn: sa.Connection, table: str) -> HostSource:
+    checked_identifier(table, "Table")
+    row = conn.execute(
+        sa.select(schema.host_sources).where(
+            _h.table_name == table, _h.kind == SourceKind.TABLE.value
+        )
+    ).first()
+    if row is None:
+        raise SourceNotFound(f"No declared source over table {table!r}.")
+    return _from_row(row)
+
+
+# Every scope the index covers, as one relation of ``id`` and ``slug``: the collections, and
+# the sources beyond content (their scope key where a collection has its slug). The read side
+# joins sources to this where it once joined the collections' registry.
+SCOPES = sa.union_all(
+    sa.select(schema.collections.c.id.label("id"), schema.collections.c.slug.label("slug")),
+    sa.select(_h.collection_id.label("id"), _h.scope_key.label("slug")),
+).subquery("scopes")

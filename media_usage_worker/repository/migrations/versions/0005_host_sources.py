@@ -1,0 +1,45 @@
+"""Sources of media references beyond content collections, and emdash's tables that hold them.
+
+Revision ID: 0005_host_sources
+Revises: 0004_declared_rules
+"""
+
+import sqlalchemy as sa
+from alembic import op
+
+from media_usage_worker.domain.errors import DowngradeRefused
+from media_usage_worker.domain.host_sources import BUILT_IN, SourceKind
+from media_usage_worker.repository.host_sources import registry_row
+from media_usage_worker.repository.schema import HOST_REFERENCE_TABLES, host_sources
+
+revision = "0005_host_sources"
+down_revision = "0004_declared_rules"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    bind = op.get_bind()
+    host_sources.create(bind, checkfirst=True)
+    # emdash's own tables: created only where the database has none (a host's are kept as
+    # they are, and never dropped by a downgrade).
+    for table in HOST_REFERENCE_TABLES:
+        table.create(bind, checkfirst=True)
+    # The built-in sources, where the host's table has the columns they read.
+    inspector = sa.inspect(bind)
+    for source in BUILT_IN:
+        have = {c["name"] for c in inspector.get_columns(source.table)}
+        if {source.key_column, *(name for name, _ in source.columns)} <= have:
+            bind.execute(host_sources.insert().values(**registry_row(source)))
+
+
+def downgrade() -> None:
+    bind = op.get_bind()
+    declared = host_sources.c.kind == SourceKind.TABLE
+    if bind.execute(sa.select(1).where(declared).limit(1)).first() is not None:
+        # The sources' triggers and index rows would be left without their registry.
+        raise DowngradeRefused(
+            "Downgrade refused: _media_usage_worker_sources still lists sources; deactivate "
+            "capture and remove declared sources with `media-usage sources remove` first."
+        )
+    host_sources.drop(bind, checkfirst=True)
