@@ -15,6 +15,7 @@ from media_usage_worker.domain.extraction import MediaUrls, extraction_fields
 from media_usage_worker.domain.snapshots import DISPLAY_FIELDS, Revision, build_snapshots
 from media_usage_worker.domain.validation import is_usable_identifier
 from media_usage_worker.repository.collections import CollectionRegistry
+from media_usage_worker.repository.host_sources import all_sources
 
 Row = tuple[str, str, str, str | None, str, str, str | None, str | None]
 
@@ -56,6 +57,32 @@ def expected_index(engine: sa.Engine) -> set[Row]:
                 for snapshot in snapshots.snapshots:
                     key = snapshot.source["source_key"]
                     expected.update(_row(key, o) for o in snapshot.occurrences)
+        expected |= _expected_of_host_sources(conn, urls)
+    return expected
+
+
+def _expected_of_host_sources(conn: sa.Connection, urls: MediaUrls) -> set[Row]:
+    """Every row of every source beyond content, extracted as a content row would be."""
+    expected: set[Row] = set()
+    for source in all_sources(conn):
+        paths = conn.execute(
+            sa.text("SELECT field_slug, path FROM _media_usage_worker_reference_paths "
+                    "WHERE collection_id = :id"), {"id": source.collection_id},
+        ).all()  # fmt: skip
+        extraction = extraction_fields(source.fields(paths))
+        names = ", ".join(f'"{name}"' for name, _ in source.columns)
+        query = f'SELECT "{source.key_column}" AS id, {names} FROM "{source.table}"'
+        for row in conn.execute(sa.text(query)).mappings().all():
+            if not is_usable_identifier(row["id"]):
+                continue
+            snapshots = build_snapshots(
+                collection_id=source.collection_id, collection_slug=source.scope_key,
+                fields=extraction, row=dict(row), display_fields=[], revision=None,
+                media_urls=urls,
+            )  # fmt: skip
+            for snapshot in snapshots.snapshots:
+                key = snapshot.source["source_key"]
+                expected.update(_row(key, o) for o in snapshot.occurrences)
     return expected
 
 

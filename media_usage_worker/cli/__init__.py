@@ -3,14 +3,14 @@
 Exit codes: 0 success; 1 an outcome that is not success (refused, not found, conflict, database
 unreachable or unmigrated); 2 bad usage. Errors are one line on stderr, never a traceback.
 One module per group of commands: ``database``, ``content`` (collections), ``rules``, ``work``,
-``reports``, ``serve``, ``demo``; ``common`` holds what they share.
+``sources``, ``reports``, ``serve``, ``demo``; ``common`` holds what they share.
 """
 
 from __future__ import annotations
 
 import click
 
-from media_usage_worker.cli import content, database, demo, reports, rules, serve, work
+from media_usage_worker.cli import content, database, demo, reports, rules, serve, sources, work
 
 
 @click.group()
@@ -25,6 +25,7 @@ for command in (
     database.deactivate_command,
     content.collections,
     rules.rules,
+    sources.sources,
     work.work,
     work.repair_command,
     reports.status_command,

@@ -64,6 +64,22 @@ def checked_identifier(value: object, what: str) -> str:
     return value
 
 
+def parse_columns(specs: Sequence[str]) -> tuple[tuple[str, ColumnKind], ...]:
+    """``column=kind`` pairs (``media_id``, ``json`` or ``url``), as an operator writes them."""
+    parsed = []
+    for spec in specs:
+        name, sep, kind = spec.partition("=")
+        if not sep:
+            raise InvalidSource(f"Column {spec!r} must be written column=kind.")
+        checked_identifier(name, "Column")
+        try:
+            parsed.append((name, ColumnKind(kind)))
+        except ValueError:
+            known = ", ".join(k.value for k in ColumnKind)
+            raise InvalidSource(f"Column {name!r} has unknown kind {kind!r}: {known}.") from None
+    return tuple(parsed)
+
+
 @dataclass(frozen=True)
 class HostSource:
     """A source table: its kind, its key column and the columns that hold media."""

@@ -7,13 +7,15 @@ from then on a new collection gets its triggers in the transaction that creates 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import sqlalchemy as sa
 
 from media_usage_worker.domain.content_model import COLLECTION_SLUG_PATTERN
 from media_usage_worker.domain.errors import ActivationError, InvalidSource
-from media_usage_worker.domain.host_sources import HostSource
+from media_usage_worker.domain.host_sources import ColumnKind, HostSource
+from media_usage_worker.domain.reference_paths import ReferencePath
 from media_usage_worker.domain.vocabulary import (
     ActivationState,
     CaptureState,
@@ -257,13 +259,30 @@ def _capture_source(conn: sa.Connection, source: HostSource) -> None:
     )
 
 
-def declare_source(engine: sa.Engine, source: HostSource) -> None:
+def declare_source(
+    engine: sa.Engine, source: HostSource, paths: Sequence[ReferencePath] = ()
+) -> None:
     """Register a host table as a source, in one transaction: checked against the catalog,
-    stored, and (while capture is active) captured, its coverage ``never`` until a
-    reconciliation has indexed the rows it already has."""
+    stored with the reference paths declared into its JSON columns, and (while capture is
+    active) captured, its coverage ``never`` until a reconciliation has indexed the rows it
+    already has."""
+    json_columns = {name for name, kind in source.columns if kind == ColumnKind.JSON}
+    for path in paths:
+        if path.field_slug not in json_columns:
+            raise InvalidSource(
+                f"Reference path {path.text!r} must start with one of the source's JSON "
+                f"columns ({', '.join(sorted(json_columns)) or 'it has none'})."
+            )
     with engine.begin() as conn:
         host_sources.check_declarable(conn, source)
         host_sources.insert_source(conn, source)
+        for path in paths:
+            conn.execute(
+                schema.reference_paths.insert().values(
+                    collection_id=source.collection_id, path=path.text,
+                    field_slug=path.field_slug,
+                )
+            )  # fmt: skip
         capture = CaptureState.ACTIVE if is_activation_active(conn) else None
         conn.execute(
             schema.index_status.insert().values(

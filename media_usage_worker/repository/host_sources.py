@@ -8,7 +8,6 @@ its coverage row (reconciled from the start) and, on removal, every row of it in
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -147,21 +146,6 @@ def delete_index_of(conn: sa.Connection, collection_id: str) -> None:
     conn.execute(schema.host_sources.delete().where(_h.collection_id == collection_id))
 
 
-def parse_columns(specs: Sequence[str]) -> tuple[tuple[str, ColumnKind], ...]:
-    """``column=kind`` pairs (``media_id``, ``json`` or ``url``), as an operator writes them."""
-    parsed = []
-    for spec in specs:
-        name, sep, kind = spec.partition("=")
-        if not sep:
-            raise InvalidSource(f"Column {spec!r} must be written column=kind.")
-        try:
-            parsed.append((checked_identifier(name, "Column"), ColumnKind(kind)))
-        except ValueError:
-            known = ", ".join(k.value for k in ColumnKind)
-            raise InvalidSource(f"Column {name!r} has unknown kind {kind!r}: {known}.") from None
-    return tuple(parsed)
-
-
 def require_declared(conn: sa.Connection, table: str) -> HostSource:
     checked_identifier(table, "Table")
     row = conn.execute(
@@ -181,3 +165,31 @@ SCOPES = sa.union_all(
     sa.select(schema.collections.c.id.label("id"), schema.collections.c.slug.label("slug")),
     sa.select(_h.collection_id.label("id"), _h.scope_key.label("slug")),
 ).subquery("scopes")
+
+
+def list_with_coverage(bind: Bind) -> list[tuple[HostSource, str | None, list[str]]]:
+    """Every source with its coverage status (``None``: no coverage row) and declared paths."""
+    st, rp = schema.index_status.c, schema.reference_paths.c
+    with transaction(bind) as conn:
+        rows = conn.execute(
+            sa.select(schema.host_sources, st.status)
+            .select_from(
+                schema.host_sources.outerjoin(
+                    schema.index_status,
+                    sa.and_(
+                        st.adapter_id == schema.ADAPTER_ID,
+                        st.scope_type == schema.SCOPE_TYPE,
+                        st.collection_id == _h.collection_id,
+                    ),
+                )
+            )
+            .order_by(_h.table_name)
+        ).all()
+        paths: dict[str, list[str]] = {}
+        for collection_id, path in conn.execute(
+            sa.select(rp.collection_id, rp.path)
+            .where(rp.collection_id.in_([row.collection_id for row in rows]))
+            .order_by(rp.path)
+        ):
+            paths.setdefault(collection_id, []).append(path)
+    return [(_from_row(row), row.status, paths.get(row.collection_id, [])) for row in rows]

@@ -34,6 +34,7 @@ from media_usage_worker.repository.schema import (
     SCOPE_TYPE,
     collections,
     fields,
+    host_sources,
     index_status,
     media_url_prefixes,
     reference_paths,
@@ -228,9 +229,14 @@ def read_media_url_prefixes(conn: sa.Connection) -> list[str]:
 # rows it wrote; one that already dropped it is not seen. Either way no rules row outlives its
 # collection.
 def _all_collections(conn: sa.Connection) -> list[Collection]:
+    """Every collection, and every source beyond content (a media URL can be anywhere)."""
     statement = sa.select(collections.c.id, collections.c.slug, collections.c.label)
     rows = conn.execute(statement.with_for_update(read=True))
-    return [Collection(*row) for row in rows]
+    h = host_sources.c
+    sources = conn.execute(
+        sa.select(h.collection_id, h.scope_key, h.kind).with_for_update(read=True)
+    )
+    return [Collection(*row) for row in rows] + [Collection(*row) for row in sources]
 
 
 def _locked_collection(conn: sa.Connection, slug: str) -> Collection:
