@@ -24,7 +24,11 @@ from media_usage_worker.domain.sample_content import sample_entries
 from media_usage_worker.repository.activation import activate
 from media_usage_worker.repository.db import create_engine
 from media_usage_worker.repository.migrate import upgrade
-from media_usage_worker.repository.sample_content import create_sample_collections, write_entries
+from media_usage_worker.repository.sample_content import (
+    create_sample_collections,
+    create_sample_site,
+    write_entries,
+)
 from media_usage_worker.repository.status import CollectionStatus, index_totals, overview
 
 BATCH = 500
@@ -63,6 +67,7 @@ def run_demo(
     engine = create_engine(url)
     try:
         slugs = create_sample_collections(engine)
+        create_sample_site(engine)
         activate(engine)
         env = _task_env(url, directory)
         with _celery(directory, env, workers):

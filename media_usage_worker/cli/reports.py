@@ -76,13 +76,18 @@ def status_command(as_json: bool, check: bool, max_age: int | None, database_url
         raise Outcome("; ".join(problems))
 
 
+def _name(detail: Any) -> str:
+    """A collection's slug; a source beyond content's kind (``settings``, ``table:menus``)."""
+    return str(detail.slug if detail.kind == "content" else detail.kind)
+
+
 def _print_status(capture: str, aggregate: str, details: list[Any]) -> None:
     click.echo(f"capture: {capture}    coverage: {aggregate}")
     table(
         ["COLLECTION", "COVERAGE", "WHY", "EPOCH", "PENDING", "RETRY", "LEASED", "FAILED",
          "OLDEST DUE (s)"],
         [
-            [d.slug, d.coverage, _why(d), d.change_epoch, d.work["pending"], d.work["retry"],
+            [_name(d), d.coverage, _why(d), d.change_epoch, d.work["pending"], d.work["retry"],
              d.work["leased"], d.work["failed"], d.oldest_due_age_seconds]
             for d in details
         ],
@@ -136,12 +141,12 @@ def _status_problems(detail: Any, max_age: int) -> list[str]:
     """What ``status --check`` reports about one collection."""
     problems = []
     if detail.work["failed"]:
-        problems.append(f"{detail.slug}: {detail.work['failed']} failed item(s)")
+        problems.append(f"{_name(detail)}: {detail.work['failed']} failed item(s)")
     if detail.coverage != "complete":
-        problems.append(f"{detail.slug}: coverage {detail.coverage} ({_why(detail)})")
+        problems.append(f"{_name(detail)}: coverage {detail.coverage} ({_why(detail)})")
     age = detail.oldest_due_age_seconds
     if age is not None and age > max_age:
-        problems.append(f"{detail.slug}: oldest due item {age:g} s old (over {max_age} s)")
+        problems.append(f"{_name(detail)}: oldest due item {age:g} s old (over {max_age} s)")
     return problems
 
 

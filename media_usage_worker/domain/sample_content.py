@@ -147,3 +147,20 @@ def sample_entries(count: int, *, seed: int = 1, start: int = 0) -> Iterator[Sam
         if 0.25 <= roll < 0.30:
             row["deleted_at"] = "2026-01-01T00:00:00.000Z"  # trashed: indexed as deleted
         yield SampleEntry(collection, row, draft)
+
+
+# The sample site beyond its collections: site settings, a user and a byline with avatars,
+# and a menu table the demo declares as a source (docs/operations.md, "Sources").
+SAMPLE_SETTINGS: dict[str, Any] = {
+    "site:favicon": {"mediaId": "media-0000", "alt": ""},
+    "site:logo": {"mediaId": "media-0003", "alt": "Logo"},
+    "site:seo": {"defaultImage": {"id": "media-0012", "provider": "local"}},
+}
+SAMPLE_USERS = (("user-ada", "ada@example.org", "Ada", "media-0006"),)
+SAMPLE_BYLINES = (("byline-ada", "ada", "Ada Lovelace", "media-0009"),)
+SAMPLE_MENU_TABLE = "sample_menu_items"
+SAMPLE_MENU = (
+    ("menu-home", [{"label": "Home", "icon": {"mediaId": "media-0015"}}],
+     "/_emdash/api/media/file/media-0018.jpg"),
+    ("menu-about", [{"label": "About"}], None),
+)  # fmt: skip

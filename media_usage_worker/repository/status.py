@@ -8,6 +8,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from media_usage_worker.domain import coverage as coverage_rules
+from media_usage_worker.domain.host_sources import kind_label
 from media_usage_worker.domain.rules import RulesState
 from media_usage_worker.domain.timestamps import seconds_between
 from media_usage_worker.domain.vocabulary import WorkState
@@ -49,6 +50,9 @@ class CollectionStatus:
     rules: dict[str, str | None] = field(default_factory=dict)
     # The collection's reconciliation run, if one exists: its state, phase and attempts.
     reconciliation: dict[str, Any] | None = None
+    # ``content`` for a collection; for a source beyond content (``slug`` is then its scope
+    # key) ``settings``, ``user``, ``byline`` or ``table:<name>``.
+    kind: str = "content"
 
 
 _STATUS_ROWS = (
@@ -131,6 +135,7 @@ def overview(engine: sa.Engine) -> tuple[str, str, list[CollectionStatus]]:
                 failed=failed.get(row.id, []),
                 rules={"indexed_under": rules.indexed_under, "running": rules.running},
                 reconciliation=runs.get(row.id),
+                kind=kind_label(row.slug),
             )
         )
     aggregate = coverage_rules.aggregate([d.coverage for d in details])

@@ -63,7 +63,11 @@ def test_usage_pages_follow_the_cursor(site: MediaUsage) -> None:
 def test_status_overview(db: sa.Engine, site: MediaUsage) -> None:
     overview = site.status()
     assert (overview.capture, overview.coverage) == ("active", "never")
-    assert [c.slug for c in overview.collections] == ["posts"]
+    # The collections, and the sources beyond content (their kind says which is which).
+    assert [(c.kind, c.slug) for c in overview.collections] == [
+        ("byline", "byline:_emdash_bylines:id"), ("content", "posts"),
+        ("settings", "settings:options:name"), ("user", "user:users:id"),
+    ]  # fmt: skip
     mark_coverage_complete(db)
     assert site.status().coverage == "complete"
 
@@ -90,4 +94,8 @@ def test_bad_input_is_refused_before_any_statement(db: sa.Engine, call) -> None:
 
 def test_connect_opens_and_disposes_its_engine(migrated_url: str) -> None:
     with MediaUsage.connect(migrated_url) as index:
-        assert index.coverage().scopes == []
+        # Nothing is indexed yet: only the built-in sources, never reconciled.
+        scopes = index.coverage().scopes
+        assert [(s.kind, s.status) for s in scopes] == [
+            ("byline", "never"), ("settings", "never"), ("user", "never"),
+        ]  # fmt: skip

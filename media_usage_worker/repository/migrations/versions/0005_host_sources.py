@@ -21,8 +21,8 @@ depends_on = None
 def upgrade() -> None:
     bind = op.get_bind()
     host_sources.create(bind, checkfirst=True)
-    # emdash's own tables: created only where the database has none (a host's are kept as
-    # they are, and never dropped by a downgrade).
+    # emdash's own tables: created only where the database has none (a host's are adopted as
+    # they are; a downgrade drops them only while they are empty).
     for table in HOST_REFERENCE_TABLES:
         table.create(bind, checkfirst=True)
     # The built-in sources, where the host's table has the columns they read.
@@ -39,7 +39,17 @@ def downgrade() -> None:
     if bind.execute(sa.select(1).where(declared).limit(1)).first() is not None:
         # The sources' triggers and index rows would be left without their registry.
         raise DowngradeRefused(
-            "Downgrade refused: _media_usage_worker_sources still lists sources; deactivate "
-            "capture and remove declared sources with `media-usage sources remove` first."
+            "Downgrade refused: _media_usage_worker_sources still lists declared sources; "
+            "remove them with `media-usage sources remove` first."
         )
+    for table in HOST_REFERENCE_TABLES:
+        if bind.execute(sa.select(1).select_from(table).limit(1)).first() is not None:
+            # Earlier revisions drop the media library; this table's rows (and, for bylines,
+            # their foreign key to it) are the site's, and are not dropped with it.
+            raise DowngradeRefused(
+                f"Downgrade refused: {table.name} holds rows; this project does not drop a "
+                "site's settings, users or bylines."
+            )
     host_sources.drop(bind, checkfirst=True)
+    for table in reversed(HOST_REFERENCE_TABLES):
+        table.drop(bind, checkfirst=True)
