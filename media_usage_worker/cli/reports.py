@@ -181,12 +181,17 @@ def usage_command(
                     "in_library": page.in_library,
                     "count": count,
                     "coverage": {
-                        "scope": "all_content_collections",
+                        "scope": "all_sources",
                         "status": coverage.status,
-                        # Per collection: its status and the extraction rules it was indexed
-                        # under (docs/operations.md, "Extraction rules").
+                        # Per collection and per source beyond content: its status and the
+                        # extraction rules it was indexed under (docs/operations.md).
                         "collections": [
-                            {"slug": s.collection_slug, "status": s.status, "rules": s.rules}
+                            {
+                                "slug": s.collection_slug,
+                                "kind": s.kind,
+                                "status": s.status,
+                                "rules": s.rules,
+                            }
                             for s in coverage.scopes
                         ],
                     },
@@ -204,10 +209,11 @@ def usage_command(
         used = f"used by {count} live {'entry' if count == 1 else 'entries'}"
     click.echo(f"media {media_id}{library}: {used}; coverage {coverage.status}")
     table(
-        ["COLLECTION", "CONTENT", "TITLE", "STATUS", "TRASHED", "VARIANTS", "FIELDS"],
+        ["WHERE", "CONTENT", "TITLE", "STATUS", "TRASHED", "VARIANTS", "FIELDS"],
         [
             [
-                e.collection,
+                # A collection's slug, or the kind of a source beyond content.
+                e.collection if e.kind == "content" else e.kind,
                 e.content_id,
                 e.title,
                 e.status,

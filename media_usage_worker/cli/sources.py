@@ -23,6 +23,7 @@ from media_usage_worker.domain.host_sources import (
     HostSource,
     SourceKind,
     checked_identifier,
+    checked_kind,
     parse_columns,
 )
 from media_usage_worker.domain.reference_paths import parse_reference_path
@@ -128,3 +129,19 @@ def sources_list(as_json: bool, database_url: str) -> None:
         for source, coverage, paths in listed
     ]
     table(["KIND", "KEY", "COLUMNS", "COVERAGE"], rows)
+
+
+@sources.command("reindex")
+@click.argument("kind")
+@database_url_option
+@handle_errors
+def sources_reindex(kind: str, database_url: str) -> None:
+    """Re-index every row of the source of KIND (settings, user, byline or table:<name>):
+    its coverage is stale until the reconciliation has done it."""
+    from media_usage_worker.repository.collections import request_source_reindex
+
+    checked_kind(kind)
+    with open_engine(database_url) as engine:
+        request_source_reindex(engine, kind)
+    reconcile_soon()
+    click.echo(f"re-indexing {kind}: coverage is stale until the reconciliation has done it")

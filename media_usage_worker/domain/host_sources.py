@@ -174,6 +174,20 @@ def scope_table(slug: str) -> ScopeTable:
     )
 
 
+def checked_kind(value: object) -> str:
+    """A source's kind as an operator names it: ``settings``, ``user``, ``byline`` or
+    ``table:<name>``."""
+    if isinstance(value, str):
+        if value in (SourceKind.SETTINGS, SourceKind.USER, SourceKind.BYLINE):
+            return value
+        prefix, _, table = value.partition(":")
+        if prefix == SourceKind.TABLE and IDENTIFIER.fullmatch(table):
+            return value
+    raise InvalidSource(
+        "A source is named settings, user, byline or table:<name> (a declared table)."
+    )
+
+
 def kind_label(slug: str) -> str:
     """The kind of a use whose source has this scope key: ``content`` for a collection's."""
     if not is_source_scope(slug):

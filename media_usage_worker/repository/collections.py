@@ -28,6 +28,7 @@ from media_usage_worker.domain.errors import (
     CollectionNotFound,
     FieldExists,
     MediaUsageError,
+    SourceNotFound,
 )
 from media_usage_worker.domain.host_sources import ID_PREFIX
 from media_usage_worker.domain.vocabulary import CaptureState, CoverageStatus, ErrorCode
@@ -39,7 +40,7 @@ from media_usage_worker.repository.content_tables import (
     create_content_table,
 )
 from media_usage_worker.repository.db import Bind, on_bind, read_transaction, transaction
-from media_usage_worker.repository.host_sources import find_source
+from media_usage_worker.repository.host_sources import all_sources, find_source
 from media_usage_worker.repository.ids import new_ulid
 from media_usage_worker.repository.predicates import registered
 from media_usage_worker.repository.schema import (
@@ -306,6 +307,27 @@ def request_reindex(bind: Bind, slug: str) -> int:
         epoch = conn.execute(
             sa.select(index_status.c.change_epoch).where(
                 index_status.c.collection_id == collection.id
+            )
+        ).scalar_one()
+    return int(epoch)
+
+
+def request_source_reindex(bind: Bind, kind: str) -> int:
+    """``request_reindex`` of a source beyond content, named by its kind (``settings``,
+    ``user``, ``byline``, ``table:<name>``): its rows are re-indexed through work items, the
+    only way a source's rows are written (docs/design.md §11a)."""
+    with transaction(bind) as conn:
+        found = [s for s in all_sources(conn) if s.label == kind]
+        if not found:
+            raise SourceNotFound(f"No source of kind {kind!r}.")
+        if not activation.is_activation_active(conn):
+            raise CaptureInactive()
+        source = found[0]
+        scope = Collection(source.collection_id, source.scope_key, source.label)
+        invalidate_coverage(conn, scope, ErrorCode.REINDEX_REQUESTED)
+        epoch = conn.execute(
+            sa.select(index_status.c.change_epoch).where(
+                index_status.c.collection_id == source.collection_id
             )
         ).scalar_one()
     return int(epoch)

@@ -321,3 +321,24 @@ def test_a_new_media_url_prefix_re_indexes_the_sources(site) -> None:
     assert status_row(site, "source-options")["status"] == "stale"
     settle(site)
     assert unused(site, "m8") is False
+
+
+def test_a_source_is_re_indexed_on_request(site) -> None:
+    sql(site, "INSERT INTO options (name, value) VALUES ('logo', :v)",
+        v=json.dumps({"mediaId": "m1"}))  # fmt: skip
+    drain(site)
+    # A hand edit of the index that the request must undo: the source's rows are gone.
+    sql(site, "DELETE FROM _emdash_media_usage")
+    sql(site, "DELETE FROM _emdash_media_usage_sources")
+    assert unused(site, "m1") is True
+    run = CliRunner().invoke(main, ["sources", "reindex", "settings", "--database-url",
+                                    str(site.url)])  # fmt: skip
+    assert run.exit_code == 0, run.output
+    assert status_row(site, "source-options")["last_error_code"] == "MEDIA_USAGE_REINDEX_REQUESTED"
+    assert unused(site, "m1") is None
+    settle(site)
+    assert unused(site, "m1") is False
+    for bad, code in [("posts", 2), ("table:Nope", 2), ("table:nope", 1)]:
+        run = CliRunner().invoke(main, ["sources", "reindex", bad, "--database-url",
+                                        str(site.url)])  # fmt: skip
+        assert run.exit_code == code, (bad, run.output)

@@ -116,3 +116,13 @@ def test_an_id_column_and_a_url_column() -> None:
     # A bare word in a URL column is no reference; a URL in an id column names its file.
     assert found(users, {"avatar": FILE_URL + "b.png", "link": "m-2"}) == {("avatar", "m-b")}
     assert found(users, {"avatar": None, "link": None}) == set()
+
+
+def test_a_kind_as_an_operator_names_it() -> None:
+    from media_usage_worker.domain.host_sources import checked_kind
+
+    for good in ("settings", "user", "byline", "table:menu_items"):
+        assert checked_kind(good) == good
+    for bad in ("content", "posts", "table:", "table:Menus", "table:a;b", None):
+        with pytest.raises(InvalidSource):
+            checked_kind(bad)
