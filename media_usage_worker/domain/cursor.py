@@ -25,8 +25,9 @@ MAX_CURSOR_LENGTH = 16384
 _CHECK_KEY = b"media-usage-worker/cursor/v2"
 # Operator listings page by updated_at (sortable, or emdash's legacy text for old rows).
 TIMESTAMP_ORDER = re.compile(r"\d{4}-\d\d-\d\d(T\d\d:\d\d:\d\d\.\d{3}Z| \d\d:\d\d:\d\d[0-9.+:]*)")
-# Usage listings page by collection slug.
-SLUG_ORDER = re.compile(r"[a-z][a-z0-9_]{0,62}")
+# Usage listings page by collection slug, or a source beyond content's scope key
+# (``domain.host_sources``).
+SLUG_ORDER = re.compile(r"[a-z][a-z0-9_]{0,62}|[a-z]+:[a-z_][a-z0-9_]{0,56}:[a-z_][a-z0-9_]{0,56}")
 
 
 @dataclass(frozen=True)

@@ -342,3 +342,28 @@ def test_a_source_is_re_indexed_on_request(site) -> None:
         run = CliRunner().invoke(main, ["sources", "reindex", bad, "--database-url",
                                         str(site.url)])  # fmt: skip
         assert run.exit_code == code, (bad, run.output)
+
+
+def test_a_usage_listing_pages_through_entries_and_source_rows(site) -> None:
+    from media_usage_worker.domain.content_model import FieldDefinition
+    from media_usage_worker.repository.collections import create_collection
+
+    create_collection(site, "posts", "Posts", [FieldDefinition("hero", "Hero", "image")])
+    activate(site)
+    sql(site, "INSERT INTO ec_posts (id, hero) VALUES ('p1', 'm1')")
+    for n in range(3):
+        sql(site, "INSERT INTO users (id, email, avatar_id) VALUES (:i, :e, 'm1')",
+            i=f"u{n}", e=f"{n}@example.org")  # fmt: skip
+    sql(site, "INSERT INTO options (name, value) VALUES ('logo', :v)",
+        v=json.dumps({"mediaId": "m1"}))  # fmt: skip
+    settle(site)
+    seen, cursor = [], None
+    for _ in range(10):
+        page = MediaUsage(site).usage("m1", limit=2, cursor=cursor)
+        seen += [(entry.kind, entry.content_id) for entry in page.entries]
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    assert seen == [("content", "p1"), ("settings", "logo"),
+                    ("user", "u0"), ("user", "u1"), ("user", "u2")]  # fmt: skip
+    assert MediaUsage(site).usage_count("m1") == 5
