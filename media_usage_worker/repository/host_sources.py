@@ -28,6 +28,12 @@ _h = schema.host_sources.c
 _TEXT_TYPES = ("TEXT", "VARCHAR", "CHARACTER VARYING", "CHAR", "CHARACTER")
 
 
+# Tables that hold no site's references of their own: the library itself, content (indexed as
+# collections), the registry, and the index.
+_NOT_SOURCES = frozenset(table.name for table in schema.CORE_TABLES)
+_NOT_SOURCE_PREFIXES = ("ec_", "_emdash_media_usage", "_media_usage_worker")
+
+
 def registry_row(source: HostSource) -> dict[str, Any]:
     return {
         "collection_id": source.collection_id,
@@ -107,10 +113,10 @@ def check_declarable(conn: sa.Connection, source: HostSource) -> None:
         raise InvalidSource("Only a host table is declared; the built-in sources are fixed.")
     if source.table in BUILT_IN_TABLES:
         raise InvalidSource(f"Table {source.table!r} is a built-in source already.")
-    if source.table.startswith(("ec_", "_emdash_media_usage", "_media_usage_worker")):
+    if source.table in _NOT_SOURCES or source.table.startswith(_NOT_SOURCE_PREFIXES):
         raise InvalidSource(
-            f"Table {source.table!r} is a content table or this project's own; it cannot be "
-            "declared as a source."
+            f"Table {source.table!r} is the media library, a content table, the content "
+            "registry or this project's own; it cannot be declared as a source."
         )
     taken = conn.execute(sa.select(1).where(_h.table_name == source.table)).first()
     if taken is not None:

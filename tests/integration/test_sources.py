@@ -277,6 +277,12 @@ def test_a_built_in_table_or_a_declared_one_cannot_be_declared_again(site) -> No
                "--database-url", str(site.url)],
     )  # fmt: skip
     assert result.exit_code == 2 and "built-in" in result.output
+    for table in ("media", "_emdash_media_usage_sources", "revisions"):
+        result = CliRunner().invoke(
+            main, ["sources", "add", table, "--column", "data=json", "--database-url",
+                   str(site.url)],
+        )  # fmt: skip
+        assert result.exit_code == 2 and "cannot be declared" in result.output, table
     sql(site, MENU_DDL)
     assert declare(site, "--column", "items=json")[0] == 0
     code, output = declare(site, "--column", "link=url")
