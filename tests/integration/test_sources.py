@@ -373,3 +373,20 @@ def test_a_usage_listing_pages_through_entries_and_source_rows(site) -> None:
     assert seen == [("content", "p1"), ("settings", "logo"),
                     ("user", "u0"), ("user", "u1"), ("user", "u2")]  # fmt: skip
     assert MediaUsage(site).usage_count("m1") == 5
+
+
+def test_a_declared_table_the_host_dropped_still_counts_until_removed(site) -> None:
+    sql(site, MENU_DDL)
+    assert declare(site, "--column", "items=json")[0] == 0
+    sql(site, f"INSERT INTO {MENU} (id, items) VALUES ('a', :v)",
+        v=json.dumps({"mediaId": "m3"}))  # fmt: skip
+    settle(site)
+    sql(site, f"DROP TABLE {MENU}")
+    # Nothing tells the index the rows are gone: it errs on the side of "used".
+    assert unused(site, "m3") is False
+    result = CliRunner().invoke(main, ["sources", "remove", MENU, "--database-url",
+                                       str(site.url)])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert unused(site, "m3") is True
+    # Removed, the source no longer needs its table: activation goes through.
+    activate(site)
