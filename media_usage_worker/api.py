@@ -60,13 +60,16 @@ class UsageCounts:
 
 @dataclass(frozen=True)
 class StatusOverview:
-    """Capture state, aggregate coverage, each collection's coverage, work and failures, and
-    the collection deletions under way (each: slug, state, phase, attempts, last error)."""
+    """Capture state, aggregate coverage (of every collection and every source), each
+    collection's coverage, work and failures, the collection deletions under way (each: slug,
+    state, phase, attempts, last error), and each source beyond content's as its collections'
+    (``kind`` says which: docs/operations.md, "Sources")."""
 
     capture: str
     coverage: str
     collections: list[CollectionStatus]
     deletions: list[dict[str, Any]] = field(default_factory=list)
+    sources: list[CollectionStatus] = field(default_factory=list)
 
 
 class MediaUsage:
@@ -127,6 +130,8 @@ class MediaUsage:
 
     def status(self) -> StatusOverview:
         """What ``media-usage status`` shows: capture, coverage, work counts, failures."""
-        capture, coverage, collections = status_store.overview(self._engine)
+        capture, coverage, scopes = status_store.overview(self._engine)
         under_way = [t.shown() for t in deletion_store.standing(self._engine)]
-        return StatusOverview(capture, coverage, collections, under_way)
+        collections = [s for s in scopes if s.kind == "content"]
+        sources = [s for s in scopes if s.kind != "content"]
+        return StatusOverview(capture, coverage, collections, under_way, sources)

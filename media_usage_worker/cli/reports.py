@@ -50,7 +50,7 @@ def status_command(as_json: bool, check: bool, max_age: int | None, database_url
     with open_engine(database_url) as engine:
         overview = MediaUsage(engine).status()
     capture, aggregate, details = overview.capture, overview.coverage, overview.collections
-    deletions = overview.deletions
+    deletions, sources = overview.deletions, overview.sources
     if as_json:
         click.echo(
             json.dumps(
@@ -59,16 +59,19 @@ def status_command(as_json: bool, check: bool, max_age: int | None, database_url
                     "coverage": aggregate,
                     "collections": [asdict(d) for d in details],
                     "deletions": deletions,
+                    "sources": [asdict(d) for d in sources],
                 },
                 indent=2,
             )
         )
     else:
-        _print_status(capture, aggregate, details)
+        _print_status(capture, aggregate, details + sources)
         _print_deletions(deletions)
     problems = [] if capture == "active" else [CAPTURE_NOT_ACTIVE]
     problems += [
-        p for d in details for p in _status_problems(d, MAX_AGE if max_age is None else max_age)
+        p
+        for d in details + sources
+        for p in _status_problems(d, MAX_AGE if max_age is None else max_age)
     ]
     problems += [f"deletion of {d['collection_slug']} failed" for d in deletions
                  if d["state"] == "failed"]  # fmt: skip

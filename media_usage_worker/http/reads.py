@@ -58,6 +58,7 @@ def read_routes(index: MediaUsage, *, read: Sequence[Depends]) -> APIRouter:
             "coverage": overview.coverage,
             "collections": [asdict(c) for c in overview.collections],
             "deletions": overview.deletions,
+            "sources": [asdict(c) for c in overview.sources],
         }
 
     return router

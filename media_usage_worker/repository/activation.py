@@ -24,8 +24,9 @@ from media_usage_worker.domain.vocabulary import (
 )
 from media_usage_worker.repository import host_sources, schema, triggers
 from media_usage_worker.repository.clock import db_now
-from media_usage_worker.repository.content_tables import content_table_name
+from media_usage_worker.repository.content_tables import content_table_name, scope_columns
 from media_usage_worker.repository.predicates import active_status_row, status_row
+from media_usage_worker.repository.rules_state import record_indexed_rules
 from media_usage_worker.repository.upsert import insert_factory
 
 _status = schema.index_status.c
@@ -249,7 +250,8 @@ def _capture_source(conn: sa.Connection, source: HostSource) -> None:
             "the source, then activate again."
         ) from None
     cid, scope = source.collection_id, source.scope_key
-    if not _capture_is_active(conn, cid, scope):
+    was_active = _capture_is_active(conn, cid, scope)
+    if not was_active:
         _prepare_for_activation(conn, cid, scope)
     triggers.install_source(conn, source)
     conn.execute(
@@ -257,6 +259,33 @@ def _capture_source(conn: sa.Connection, source: HostSource) -> None:
         .where(_status_row_for(cid, scope), _status.capture_state != CaptureState.ACTIVE)
         .values(capture_state=CaptureState.ACTIVE, updated_at=db_now())
     )
+    if not was_active:
+        _complete_if_nothing_to_index(conn, source)
+
+
+def _complete_if_nothing_to_index(conn: sa.Connection, source: HostSource) -> None:
+    """Coverage ``complete`` at once for a source whose table has no row and of which the
+    index holds nothing: there is nothing to reconcile. Sound because its triggers are in
+    place in this transaction: on PostgreSQL creating them waited for the table's writers in
+    flight and keeps new ones out until the commit; SQLite has one writer at a time."""
+    rows = scope_columns(source.scope_key)
+    if conn.execute(sa.select(1).select_from(rows).limit(1)).first() is not None:
+        return
+    indexed = schema.sources.c.collection_id == source.collection_id
+    if conn.execute(sa.select(1).where(indexed).limit(1)).first() is not None:
+        return
+    conn.execute(
+        schema.index_status.update()
+        .where(
+            _status_row_for(source.collection_id, source.scope_key),
+            _status.capture_state == CaptureState.ACTIVE,
+        )
+        .values(
+            status=CoverageStatus.COMPLETE, completed_at=db_now(), started_at=db_now(),
+            reconciliation_required=0, last_error_code=None, cursor=None, updated_at=db_now(),
+        )
+    )  # fmt: skip
+    record_indexed_rules(conn, source.collection_id)
 
 
 def declare_source(
@@ -291,6 +320,7 @@ def declare_source(
         )
         if capture is not None:
             triggers.install_source(conn, source)
+            _complete_if_nothing_to_index(conn, source)
 
 
 def remove_declared_source(engine: sa.Engine, table: str) -> HostSource:

@@ -14,13 +14,12 @@ touches out of ``complete`` (their epoch moves, so a run in progress restarts un
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import sqlalchemy as sa
 
 from media_usage_worker.domain.errors import CollectionNotFound, InvalidRule, RuleNotFound
 from media_usage_worker.domain.reference_paths import MAX_PATHS_PER_COLLECTION, ReferencePath
-from media_usage_worker.domain.rules import EXTRACTION_VERSION, RulesState
+from media_usage_worker.domain.rules import RulesState
 from media_usage_worker.domain.vocabulary import CaptureState, CoverageStatus, ErrorCode
 from media_usage_worker.repository.clock import db_now
 from media_usage_worker.repository.collections import (
@@ -29,6 +28,7 @@ from media_usage_worker.repository.collections import (
     invalidate_coverage,
 )
 from media_usage_worker.repository.db import Bind, read_transaction, transaction
+from media_usage_worker.repository.rules_state import record_indexed_rules, rules_current
 from media_usage_worker.repository.schema import (
     ADAPTER_ID,
     SCOPE_TYPE,
@@ -42,42 +42,23 @@ from media_usage_worker.repository.schema import (
 )
 from media_usage_worker.repository.upsert import insert_factory_for
 
+__all__ = [
+    "DeclaredRules",
+    "add_media_url_prefix",
+    "declare_reference_path",
+    "mark_rules_changed",
+    "read_declared_rules",
+    "read_media_url_prefixes",
+    "read_rules_states",
+    # Defined in ``rules_state`` (below this module, for ``activation``); importable here too.
+    "record_indexed_rules",
+    "remove_media_url_prefix",
+    "remove_reference_path",
+    "rules_current",
+]
 r = rules_state.c
 st = index_status.c
 rp = reference_paths.c
-
-
-def rules_current(collection_id: Any) -> sa.Exists:
-    """True while the collection's index was computed under this code's rules."""
-    return sa.exists(
-        sa.select(1).where(
-            r.collection_id == collection_id,
-            r.indexed_extraction_version == EXTRACTION_VERSION,
-            r.indexed_rules_revision == r.rules_revision,
-        )
-    )
-
-
-def record_indexed_rules(conn: sa.Connection, collection_id: str) -> None:
-    """The collection is indexed under the running rules: call in the transaction that makes
-    its coverage ``complete`` (that transaction's guards hold the rules still: a change to
-    the declared rules moves the collection's epoch)."""
-    insert = insert_factory_for(conn.dialect.name)(rules_state).values(
-        collection_id=collection_id,
-        indexed_extraction_version=EXTRACTION_VERSION,
-        indexed_rules_revision=0,
-        updated_at=db_now(),
-    )
-    conn.execute(
-        insert.on_conflict_do_update(
-            index_elements=[r.collection_id],
-            set_={
-                "indexed_extraction_version": EXTRACTION_VERSION,
-                "indexed_rules_revision": r.rules_revision,
-                "updated_at": db_now(),
-            },
-        )
-    )
 
 
 # Coverage that a collection could keep or get back without a run, while its index was

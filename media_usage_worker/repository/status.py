@@ -139,6 +139,8 @@ def overview(engine: sa.Engine) -> tuple[str, str, list[CollectionStatus]]:
             )
         )
     aggregate = coverage_rules.aggregate([d.coverage for d in details])
+    # The collections first, then the sources beyond content, each in slug order.
+    details.sort(key=lambda d: (d.kind != "content", d.slug))
     return capture, aggregate, details
 
 

@@ -106,6 +106,8 @@ def read_coverage(conn: sa.Connection) -> Coverage:
         rules = states.get(collection_id, RulesState())
         scope = coverage_rules.scope_status(status, required, schema_version, rules.current)
         scopes.append(ScopeCoverage(slug, scope, rules.indexed_under, kind_label(slug)))
+    # The collections first, then the sources beyond content, each in slug order.
+    scopes.sort(key=lambda x: (x.kind != "content", x.collection_slug))
     return Coverage(coverage_rules.aggregate([x.status for x in scopes]), scopes)
 
 

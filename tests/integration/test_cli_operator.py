@@ -46,7 +46,8 @@ def test_status_json_shape(seeded) -> None:
     result = run(url, "status", "--json")
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
-    assert data["capture"] == "active" and data["coverage"] == "never"
+    # The collection was never reconciled, the (empty) sources are complete: partial.
+    assert data["capture"] == "active" and data["coverage"] == "partial"
     (posts,) = data["collections"]
     assert posts["slug"] == "posts" and posts["id"] == collection_id
     assert posts["work"] == {"pending": 3, "retry": 0, "leased": 0, "failed": 0}
@@ -65,8 +66,16 @@ def test_status_json_shape(seeded) -> None:
         "failed",
         "rules",
         "reconciliation",
+        "kind",
     }
+    assert posts["kind"] == "content"
     assert data["deletions"] == []
+    # The sources beyond content, each with its kind and the same shape; empty at activation,
+    # so complete at once.
+    assert [(s["kind"], s["coverage"]) for s in data["sources"]] == [
+        ("byline", "complete"), ("settings", "complete"), ("user", "complete"),
+    ]  # fmt: skip
+    assert all(set(s) == set(posts) for s in data["sources"])
     # Never reconciled: indexed under no known rules yet.
     assert posts["rules"] == {"indexed_under": None, "running": "extraction-3.rules-0"}
 

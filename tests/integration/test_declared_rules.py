@@ -136,7 +136,9 @@ def test_a_rule_change_during_a_running_reconciliation_restarts_it(db) -> None:
     assert count(db, "m-icon") == ("complete", 399)
     assert actual_index(db) == expected_index(db)
     with db.connect() as conn:
-        state = conn.execute(sa.select(rules_state)).one()
+        state = conn.execute(
+            sa.select(rules_state).where(rules_state.c.collection_id == pages.id)
+        ).one()
     assert state.indexed_rules_revision == state.rules_revision == 2
 
 

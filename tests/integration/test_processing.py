@@ -318,7 +318,8 @@ def test_usage_is_unknown_until_coverage_is_complete(db, posts_with_media) -> No
     sql(db, "INSERT INTO ec_posts (id, hero) VALUES ('e1', 'm1')")
     drain(db)
     coverage, count = usage_count(db, "m1")
-    assert coverage.status == "never" and count is None  # never reconciled: "nowhere" is unknown
+    # The collection never reconciled (the empty sources are complete): "nowhere" is unknown.
+    assert coverage.status == "partial" and count is None
     # An id without a media row is answered from the index like any other (one rule for
     # usage_page and usage_count): here it is referenced nowhere.
     page = usage_page(db, "nope")

@@ -32,7 +32,8 @@ def site(db: sa.Engine) -> MediaUsage:
 
 
 def test_nothing_is_called_unused_until_coverage_is_complete(site: MediaUsage) -> None:
-    assert site.coverage().status == "never"
+    # The collection never reconciled, the empty sources complete.
+    assert site.coverage().status == "partial"
     assert site.is_unused("m-free") is None
     assert site.usage_counts(["m-a", "m-free"]).counts == {"m-a": None, "m-free": None}
 
@@ -62,11 +63,13 @@ def test_usage_pages_follow_the_cursor(site: MediaUsage) -> None:
 
 def test_status_overview(db: sa.Engine, site: MediaUsage) -> None:
     overview = site.status()
-    assert (overview.capture, overview.coverage) == ("active", "never")
-    # The collections, and the sources beyond content (their kind says which is which).
-    assert [(c.kind, c.slug) for c in overview.collections] == [
-        ("byline", "byline:_emdash_bylines:id"), ("content", "posts"),
-        ("settings", "settings:options:name"), ("user", "user:users:id"),
+    # The collection never reconciled, the empty sources complete.
+    assert (overview.capture, overview.coverage) == ("active", "partial")
+    assert [(c.kind, c.slug) for c in overview.collections] == [("content", "posts")]
+    # The sources beyond content, apart: their coverage counts all the same.
+    assert [(c.kind, c.slug) for c in overview.sources] == [
+        ("byline", "byline:_emdash_bylines:id"), ("settings", "settings:options:name"),
+        ("user", "user:users:id"),
     ]  # fmt: skip
     mark_coverage_complete(db)
     assert site.status().coverage == "complete"

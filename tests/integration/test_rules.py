@@ -41,7 +41,11 @@ def indexed_by_older_rules(engine: sa.Engine) -> None:
     )
     # Its projection fingerprint was computed without them too.
     sql(engine, "UPDATE _emdash_media_usage_sources SET source_fingerprint = 'v1'")
-    sql(engine, "UPDATE _media_usage_worker_rules_state SET indexed_extraction_version = 1")
+    sql(
+        engine,
+        "UPDATE _media_usage_worker_rules_state SET indexed_extraction_version = 1 "
+        "WHERE collection_id NOT LIKE 'source-%'",
+    )  # the collections only
 
 
 def test_an_index_of_older_rules_is_stale_then_reindexed(db, migrated_url) -> None:
@@ -58,7 +62,7 @@ def test_an_index_of_older_rules_is_stale_then_reindexed(db, migrated_url) -> No
     coverage, count = usage_count(db, "g1")
     assert (coverage.status, count) == ("stale", None)
     assert coverage.scopes[0].rules == "extraction-1.rules-0"
-    (detail,) = overview(db)[2]
+    (detail,) = [d for d in overview(db)[2] if d.kind == "content"]
     running = f"extraction-{EXTRACTION_VERSION}.rules-0"
     assert detail.coverage == "stale" and detail.rules["running"] == running
     shown = CliRunner().invoke(main, ["status", "--check", "--database-url", migrated_url])
@@ -99,12 +103,13 @@ def test_a_worker_of_other_rules_never_restores_complete(db) -> None:
     drain(db)
     mark_coverage_complete(db)
     # A write made it stale; its work is done, but the index was recorded under other rules.
-    sql(db, "UPDATE _emdash_media_usage_index_status SET status = 'stale'")
-    sql(db, "UPDATE _media_usage_worker_rules_state SET indexed_extraction_version = :v",
-        v=EXTRACTION_VERSION + 1)  # fmt: skip
+    sql(db, "UPDATE _emdash_media_usage_index_status SET status = 'stale' "
+            "WHERE collection_id = :id", id=posts.id)  # fmt: skip
+    sql(db, "UPDATE _media_usage_worker_rules_state SET indexed_extraction_version = :v "
+            "WHERE collection_id = :id", v=EXTRACTION_VERSION + 1, id=posts.id)  # fmt: skip
     assert restore_settled_coverage(db) == []
     assert status_row(db, posts.id)["status"] == "stale"
-    sql(db, "UPDATE _media_usage_worker_rules_state SET indexed_extraction_version = :v",
-        v=EXTRACTION_VERSION)  # fmt: skip
+    sql(db, "UPDATE _media_usage_worker_rules_state SET indexed_extraction_version = :v "
+            "WHERE collection_id = :id", v=EXTRACTION_VERSION, id=posts.id)  # fmt: skip
     assert restore_settled_coverage(db) == ["posts"]
     assert status_row(db, posts.id)["status"] == "complete"

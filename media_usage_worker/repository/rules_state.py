@@ -1,0 +1,50 @@
+"""Which extraction rules each scope's index was computed under (docs/design.md §5, "Rules"):
+the record a finished index writes, and the guard that reads it. Below ``repository.rules``
+(which changes the rules) so that whatever marks coverage ``complete`` can record them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+
+from media_usage_worker.domain.rules import EXTRACTION_VERSION
+from media_usage_worker.repository.clock import db_now
+from media_usage_worker.repository.schema import rules_state
+from media_usage_worker.repository.upsert import insert_factory_for
+
+r = rules_state.c
+
+
+def rules_current(collection_id: Any) -> sa.Exists:
+    """True while the collection's index was computed under this code's rules."""
+    return sa.exists(
+        sa.select(1).where(
+            r.collection_id == collection_id,
+            r.indexed_extraction_version == EXTRACTION_VERSION,
+            r.indexed_rules_revision == r.rules_revision,
+        )
+    )
+
+
+def record_indexed_rules(conn: sa.Connection, collection_id: str) -> None:
+    """The collection is indexed under the running rules: call in the transaction that makes
+    its coverage ``complete`` (that transaction's guards hold the rules still: a change to
+    the declared rules moves the collection's epoch)."""
+    insert = insert_factory_for(conn.dialect.name)(rules_state).values(
+        collection_id=collection_id,
+        indexed_extraction_version=EXTRACTION_VERSION,
+        indexed_rules_revision=0,
+        updated_at=db_now(),
+    )
+    conn.execute(
+        insert.on_conflict_do_update(
+            index_elements=[r.collection_id],
+            set_={
+                "indexed_extraction_version": EXTRACTION_VERSION,
+                "indexed_rules_revision": r.rules_revision,
+                "updated_at": db_now(),
+            },
+        )
+    )
