@@ -51,6 +51,10 @@ class DemoSummary:
     directory: Path
     work_left: int = 0
     failed: dict[str, int] = field(default_factory=dict)
+    # The sample site beyond its collections (settings, avatars, a declared menu table): each
+    # source's coverage by kind, and its rows in the index.
+    sources: dict[str, str] = field(default_factory=dict)
+    source_rows_indexed: int = 0
 
 
 def run_demo(
@@ -194,7 +198,7 @@ def _summary(
     totals = index_totals(engine)
     return DemoSummary(
         entries_written=written,
-        entries_indexed=sum(t.entries for t in totals.values()),
+        entries_indexed=sum(t.entries for slug, t in totals.items() if slug in slugs),
         references=sum(t.references for t in totals.values()),
         coverage={d.slug: d.coverage for d in details if d.slug in slugs},
         elapsed_seconds=round(elapsed, 1),
@@ -203,4 +207,6 @@ def _summary(
         directory=directory,
         work_left=sum(sum(d.work.values()) for d in details),
         failed={d.slug: d.work.get("failed", 0) for d in details if d.work.get("failed")},
+        sources={d.kind: d.coverage for d in details if d.kind != "content"},
+        source_rows_indexed=sum(t.entries for slug, t in totals.items() if slug not in slugs),
     )

@@ -47,6 +47,9 @@ def demo_command(
         click.echo(f"references found     {summary.references}")
         for slug, coverage in summary.coverage.items():
             click.echo(f"coverage {slug:<12}{coverage}")
+        click.echo(f"site rows indexed    {summary.source_rows_indexed}")
+        for kind, coverage in summary.sources.items():
+            click.echo(f"coverage {kind:<12}{coverage}")
         rate = summary.items_per_second
         shown = rate if rate is not None else "not measured: the run did not finish"
         click.echo(f"items/s              {shown}")

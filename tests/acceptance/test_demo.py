@@ -31,6 +31,12 @@ def test_the_demo_indexes_every_entry_and_reports_it(tmp_path: Path) -> None:
     assert summary["finished"] is True
     assert summary["entries_written"] == summary["entries_indexed"] == 400
     assert summary["coverage"] == {"articles": "complete", "products": "complete"}
+    # The sample site's favicon, logo, social image, avatars and menu rows are sources too.
+    assert summary["sources"] == {
+        "byline": "complete", "settings": "complete", "user": "complete",
+        "table:sample_menu_items": "complete",
+    }  # fmt: skip
+    assert summary["source_rows_indexed"] == 7
     assert summary["items_per_second"] > 0 and summary["elapsed_seconds"] > 0
     assert "items/s" in done.stderr  # progress went to stderr next to the JSON summary
 
@@ -46,6 +52,8 @@ def test_the_demo_indexes_every_entry_and_reports_it(tmp_path: Path) -> None:
         used = sorted(row[3] for row in expected if (row[3] or "").startswith("media-"))
         page = usage_page(engine, used[0])
         assert page.in_library and page.entries
+        favicon = usage_page(engine, "media-0000").entries
+        assert ("settings", "site:favicon") in {(e.kind, e.content_id) for e in favicon}
     finally:
         engine.dispose()
 
