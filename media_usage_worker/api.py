@@ -24,8 +24,17 @@ from typing import Any
 import sqlalchemy as sa
 
 from media_usage_worker.domain import validation as check
+from media_usage_worker.domain.cleanup import (
+    RestoreResult,
+    RetireRefusal,
+    RetireResult,
+    UnusedFilter,
+    UnusedItem,
+    UnusedPage,
+)
 from media_usage_worker.domain.cursor import SLUG_ORDER, decode_cursor, usage_scope
 from media_usage_worker.domain.errors import InvalidArgument
+from media_usage_worker.pipeline import cleanup
 from media_usage_worker.repository import deletion as deletion_store
 from media_usage_worker.repository import status as status_store
 from media_usage_worker.repository import usage as usage_store
@@ -39,8 +48,13 @@ __all__ = [
     "CollectionStatus",
     "Coverage",
     "MediaUsage",
+    "RestoreResult",
+    "RetireRefusal",
+    "RetireResult",
     "ScopeCoverage",
     "StatusOverview",
+    "UnusedItem",
+    "UnusedPage",
     "UsageCounts",
     "UsageEntry",
     "UsagePage",
@@ -135,3 +149,31 @@ class MediaUsage:
         collections = [s for s in scopes if s.kind == "content"]
         sources = [s for s in scopes if s.kind != "content"]
         return StatusOverview(capture, coverage, collections, under_way, sources)
+
+    # --- clean-up (docs/operations.md, "Cleaning up unused media") -----------------------
+
+    def unused(
+        self,
+        limit: int | None = None,
+        cursor: str | None = None,
+        *,
+        older_than: int | None = None,
+        mime_prefix: str | None = None,
+        include_trashed_only: bool = False,
+    ) -> UnusedPage:
+        """One page of the library items no source uses (``include_trashed_only``: the items
+        only trashed entries use, instead), by id, with the whole selection's count and
+        bytes; ``older_than`` days, ``mime_prefix`` (``image/``) narrow it. Only while
+        coverage is complete; otherwise ``known`` is False and the page empty."""
+        chosen = UnusedFilter(older_than, mime_prefix, include_trashed_only)
+        return cleanup.unused(self._engine, chosen, limit=limit, cursor=cursor)
+
+    def retire(self, media_ids: Sequence[str], *, actor: str = "python") -> RetireResult:
+        """Move each id no source uses from the library into the quarantine, behind the write
+        fence (docs/design.md §13); each refused id with its reason (``used``,
+        ``not_known_yet``, ``not_in_library``, ``already_retired``)."""
+        return cleanup.retire(self._engine, list(media_ids), actor=actor)
+
+    def restore(self, media_ids: Sequence[str], *, actor: str = "python") -> RestoreResult:
+        """Put retired items back into the library exactly as they were."""
+        return cleanup.restore(self._engine, list(media_ids), actor=actor)

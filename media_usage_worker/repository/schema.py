@@ -562,3 +562,33 @@ bylines = Table(
 )
 
 HOST_REFERENCE_TABLES = (options, users, bylines)
+
+# --- clean-up (this project's own; docs/operations.md, "Cleaning up unused media") -----------
+
+# A retired media item, kept whole: its ``media`` row as it was, and when, why and by whom it
+# left the library. ``restore`` puts the row back exactly.
+quarantine = Table(
+    "_media_usage_worker_quarantine",
+    metadata,
+    *(Column(c.name, c.type, nullable=c.nullable) for c in media.columns),
+    Column("retired_at", Text, nullable=False),
+    Column("retired_by", Text, nullable=False),
+    Column("reason", Text, nullable=False),
+    sa.PrimaryKeyConstraint("id", name="_media_usage_worker_quarantine_pk"),
+    Index("idx__media_usage_worker_quarantine_retired", "retired_at", "id"),
+)
+
+# Who retired, restored or purged what, and when: one row per action.
+audit = Table(
+    "_media_usage_worker_audit",
+    metadata,
+    Column("id", Text, primary_key=True),
+    Column("at", Text, nullable=False),
+    Column("actor", Text, nullable=False),
+    Column("action", Text, nullable=False),
+    Column("media_ids", Text, nullable=False),  # JSON list
+    Column("detail", Text),
+    Index("idx__media_usage_worker_audit_at", "at", "id"),
+)
+
+CLEANUP_TABLES = (quarantine, audit)

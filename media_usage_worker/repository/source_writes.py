@@ -16,6 +16,7 @@ whose guard lost is simply not returned; its entry is reported as not held.
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import astuple, dataclass
 from typing import Any
@@ -26,6 +27,7 @@ from media_usage_worker.domain.host_sources import is_source_scope
 from media_usage_worker.domain.refresh_plan import MATCH_COLUMNS, REVISION_COLUMN, EntryWrite
 from media_usage_worker.domain.snapshots import Snapshot
 from media_usage_worker.domain.work import Lease
+from media_usage_worker.repository.cleanup import restore_used
 from media_usage_worker.repository.clock import db_now
 from media_usage_worker.repository.content_tables import scope_columns
 from media_usage_worker.repository.db import Bind, transaction
@@ -47,6 +49,7 @@ from media_usage_worker.repository.schema import (
 from media_usage_worker.repository.upsert import insert_factory_for
 
 __all__ = ["EntryWrite", "apply_writes", "write_entries", "write_entry"]
+log = logging.getLogger(__name__)
 s = sources.c
 _LEASE_COLUMNS = (
     ("l_collection_id", sa.Text()),
@@ -113,6 +116,15 @@ def apply_writes(conn: sa.Connection, writes: Sequence[EntryWrite]) -> list[bool
     if occurrence_rows:
         statement = _insert_occurrences_statement(conn.dialect.name)
         conn.execute(statement, _OCCURRENCES.bind(occurrence_rows))
+        # A retired item a write uses again goes back into the library, in this transaction:
+        # the use began after its retirement (docs/design.md §13).
+        restored = restore_used(conn, [row[_MEDIA_ID] for row in occurrence_rows if row[_MEDIA_ID]])
+        if restored:
+            log.warning(
+                "media usage restored %d retired item(s) a write uses again: %s",
+                len(restored), ", ".join(restored[:20]),
+                extra={"media_usage": {"event": "media_usage.restored", "media_ids": restored}},
+            )  # fmt: skip
     if replaced:
         conn.execute(_delete_generations_statement(conn.dialect.name), _REPLACED.bind(replaced))
     for index, write in enumerate(writes):
@@ -391,6 +403,10 @@ def _insert_occurrences_statement(dialect: str) -> sa.Insert:
     return occurrences.insert().from_select(
         list(_OCCURRENCE_COLUMNS), sa.select(*(rows.c[n] for n in _OCCURRENCE_COLUMNS))
     )
+
+
+# Where the media id is in a row of ``_OCCURRENCES`` (``_occurrence_rows``).
+_MEDIA_ID = 7
 
 
 def _occurrence_rows(snapshot: Snapshot, generation: str, now: str) -> list[tuple[Any, ...]]:

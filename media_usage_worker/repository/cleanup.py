@@ -1,0 +1,246 @@
+"""Clean-up statements (docs/design.md §13): list the library items no source uses, retire
+them into the quarantine under a fence, restore them, find references to no library item,
+and the audit of every operator action.
+
+The fence: a retirement is one transaction per batch that first holds the coverage table
+against every writer (PostgreSQL: ``LOCK TABLE ... IN SHARE MODE``; SQLite: its write
+transaction keeps every other writer out). A capture trigger updates its scope's coverage
+row in the writer's own transaction, so a write that committed before the fence has made
+coverage not ``complete`` (and the batch refuses with ``not_known_yet``), and a write that
+comes later waits for the batch to commit: it is a use that began after the retirement, and
+restores the item when the worker indexes it (``restore_used``).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import sqlalchemy as sa
+
+from media_usage_worker.domain.cleanup import (
+    RestoreRefusal,
+    RestoreResult,
+    RetireRefusal,
+    RetireResult,
+    UnusedFilter,
+    UnusedItem,
+)
+from media_usage_worker.domain.vocabulary import CoverageStatus
+from media_usage_worker.repository.clock import db_now
+from media_usage_worker.repository.db import Bind, read_transaction, transaction
+from media_usage_worker.repository.ids import new_ulid
+from media_usage_worker.repository.schema import (
+    audit,
+    index_status,
+    media,
+    occurrences,
+    quarantine,
+    sources,
+    work,
+)
+from media_usage_worker.repository.usage import read_coverage
+
+m, q, s, u = media.c, quarantine.c, sources.c, occurrences.c
+_MEDIA_COLUMNS = [column.name for column in media.columns]
+
+
+def _uses(media_id: Any, *, live_only: bool = False) -> sa.Exists:
+    """A current occurrence of ``media_id`` in any source (``live_only``: of an entry not in
+    the trash). Every source counts, whatever its variant or scope: to keep a file, any
+    reference is enough."""
+    # From the occurrences of the id (one index seek) to each one's source by its key.
+    joined = occurrences.join(
+        sources, sa.and_(s.source_key == u.source_key, s.current_generation == u.generation)
+    )
+    where = [u.media_id == media_id]
+    if live_only:
+        where.append(s.content_deleted_at.is_(None))
+    return sa.exists(sa.select(1).select_from(joined).where(*where))
+
+
+def _selection(chosen: UnusedFilter) -> list[sa.ColumnElement[bool]]:
+    """The library items an unused listing (or ``retire --all-unused``) takes."""
+    where = [_uses(m.id), ~_uses(m.id, live_only=True)] if chosen.trashed_only else [~_uses(m.id)]
+    if chosen.older_than_days is not None:
+        # Day granularity: the first ten characters of every timestamp format a host may
+        # have written (emdash's legacy text, ISO 8601) are the date, and sort alike.
+        cutoff = sa.func.substr(db_now(-86_400 * chosen.older_than_days), 1, 10)
+        where.append(sa.func.substr(m.created_at, 1, 10) < cutoff)
+    if chosen.mime_prefix is not None:
+        where.append(sa.func.substr(m.mime_type, 1, len(chosen.mime_prefix)) == chosen.mime_prefix)
+    return where
+
+
+def unused_items(
+    bind: Bind, chosen: UnusedFilter, after: str | None, limit: int
+) -> tuple[str, list[UnusedItem], int | None, int | None]:
+    """(coverage, a page of unused items after the id ``after``, their total count and bytes
+    over the whole selection); no items nor totals unless coverage is ``complete``."""
+    with read_transaction(bind) as conn:
+        coverage = read_coverage(conn)
+        if not coverage.complete:
+            return coverage.status, [], None, None
+        where = _selection(chosen)
+        page = sa.select(m.id, m.filename, m.mime_type, m.size, m.storage_key, m.created_at)
+        page = page.where(*where).order_by(m.id).limit(limit)
+        if after is not None:
+            page = page.where(m.id > after)
+        items = [UnusedItem(*row) for row in conn.execute(page)]
+        count, size = conn.execute(
+            sa.select(sa.func.count(), sa.func.coalesce(sa.func.sum(m.size), 0)).where(*where)
+        ).one()
+    return coverage.status, items, int(count), int(size)
+
+
+def unused_ids(bind: Bind, chosen: UnusedFilter, after: str | None, limit: int) -> list[str]:
+    """The ids of the next ``limit`` unused items after ``after`` (``retire --all-unused``)."""
+    query = sa.select(m.id).where(*_selection(chosen)).order_by(m.id).limit(limit)
+    if after is not None:
+        query = query.where(m.id > after)
+    with read_transaction(bind) as conn:
+        return list(conn.execute(query).scalars())
+
+
+def _hold_every_coverage_row(conn: sa.Connection) -> None:
+    """The fence (module docstring). SHARE mode conflicts with every writer of the table, so
+    no capture trigger can update a coverage row, nor a new collection or source add one,
+    until this transaction ends; other readers and other fences go on."""
+    if conn.dialect.name != "postgresql":
+        return
+    conn.exec_driver_sql(f"LOCK TABLE {index_status.name} IN SHARE MODE")
+
+
+def retire_batch(engine: sa.Engine, ids: Sequence[str], actor: str, reason: str) -> RetireResult:
+    """Move the ids no source uses from the library into the quarantine, in one transaction
+    behind the fence; every other id gets its reason."""
+    refused: dict[str, RetireRefusal] = {}
+    with transaction(engine) as conn:
+        _hold_every_coverage_row(conn)
+        in_library = set(conn.execute(sa.select(m.id).where(m.id.in_(ids))).scalars())
+        retired = set(conn.execute(sa.select(q.id).where(q.id.in_(ids))).scalars())
+        for media_id in ids:
+            if media_id in retired:
+                refused[media_id] = RetireRefusal.ALREADY_RETIRED
+            elif media_id not in in_library:
+                refused[media_id] = RetireRefusal.NOT_IN_LIBRARY
+        candidates = [i for i in ids if i not in refused]
+        if candidates and not _settled(conn):
+            refused.update(dict.fromkeys(candidates, RetireRefusal.NOT_KNOWN_YET))
+            candidates = []
+        if candidates:
+            used = set(
+                conn.execute(sa.select(m.id).where(m.id.in_(candidates), _uses(m.id))).scalars()
+            )
+            refused.update(dict.fromkeys(used, RetireRefusal.USED))
+            candidates = [i for i in candidates if i not in used]
+        if candidates:
+            _move(conn, media, quarantine, candidates, retired_by=actor, reason=reason)
+            _audit(conn, actor, "retire", candidates, reason)
+    return RetireResult(candidates, {i: refused[i] for i in ids if i in refused})
+
+
+def _settled(conn: sa.Connection) -> bool:
+    """Coverage is ``complete`` everywhere and no captured write waits to be indexed."""
+    if read_coverage(conn).status != CoverageStatus.COMPLETE:
+        return False
+    waiting = sa.select(1).select_from(work).where(work.c.state != "failed").limit(1)
+    return conn.execute(waiting).first() is None
+
+
+def restore_batch(engine: sa.Engine, ids: Sequence[str], actor: str) -> RestoreResult:
+    """Put quarantined items back into the library exactly as they were."""
+    refused: dict[str, RestoreRefusal] = {}
+    with transaction(engine) as conn:
+        held = set(conn.execute(sa.select(q.id).where(q.id.in_(ids))).scalars())
+        present = set(conn.execute(sa.select(m.id).where(m.id.in_(ids))).scalars())
+        for media_id in ids:
+            if media_id in present:
+                refused[media_id] = RestoreRefusal.IN_LIBRARY
+            elif media_id not in held:
+                refused[media_id] = RestoreRefusal.NOT_RETIRED
+        chosen = [i for i in ids if i not in refused]
+        if chosen:
+            _move(conn, quarantine, media, chosen)
+            _audit(conn, actor, "restore", chosen, None)
+    return RestoreResult(chosen, {i: refused[i] for i in ids if i in refused})
+
+
+def restore_used(conn: sa.Connection, media_ids: Sequence[str]) -> list[str]:
+    """Restore the quarantined items among ``media_ids``, which a write indexed in this
+    transaction now uses: a use that began after the retirement. Returns the restored ids."""
+    if not media_ids:
+        return []
+    found = sorted(conn.execute(sa.select(q.id).where(q.id.in_(sorted(set(media_ids))))).scalars())
+    if found:
+        _move(conn, quarantine, media, found)
+        _audit(conn, "worker", "restore", found, "a write uses it again")
+    return found
+
+
+def _move(
+    conn: sa.Connection, source: sa.Table, target: sa.Table, ids: list[str], **extra: str
+) -> None:
+    """Copy the rows of ``ids`` from ``source`` to ``target`` (the media columns, and the
+    quarantine's own when it is the target), then delete them from ``source``."""
+    columns: list[sa.ColumnElement[Any]] = [source.c[name] for name in _MEDIA_COLUMNS]
+    names = list(_MEDIA_COLUMNS)
+    if target is quarantine:
+        columns += [db_now().label("retired_at")]
+        columns += [sa.literal(value, sa.Text).label(key) for key, value in extra.items()]
+        names += ["retired_at", *extra]
+    rows = sa.select(*columns).where(source.c.id.in_(ids))
+    conn.execute(target.insert().from_select(names, rows))
+    conn.execute(source.delete().where(source.c.id.in_(ids)))
+
+
+def _audit(
+    conn: sa.Connection, actor: str, action: str, ids: list[str], detail: str | None
+) -> None:
+    conn.execute(
+        audit.insert().values(
+            id=new_ulid(), at=db_now(), actor=actor, action=action,
+            media_ids=json.dumps(ids), detail=detail,
+        )
+    )  # fmt: skip
+
+
+def audit_page(bind: Bind, limit: int) -> list[dict[str, Any]]:
+    """The latest operator actions, newest first."""
+    a = audit.c
+    query = sa.select(audit).order_by(a.at.desc(), a.id.desc()).limit(limit)
+    with read_transaction(bind) as conn:
+        return [
+            {**row._mapping, "media_ids": json.loads(row.media_ids)} for row in conn.execute(query)
+        ]
+
+
+@functools.cache
+def _dangling_statement() -> sa.Select[Any]:
+    # Current local references to an id in neither the library nor the quarantine.
+    joined = occurrences.join(
+        sources, sa.and_(s.source_key == u.source_key, s.current_generation == u.generation)
+    )
+    return (
+        sa.select(u.media_id, s.collection_slug, s.content_id, u.field_path)
+        .select_from(joined)
+        .where(
+            u.media_id.isnot(None),
+            ~sa.exists(sa.select(1).where(m.id == u.media_id)),
+            ~sa.exists(sa.select(1).where(q.id == u.media_id)),
+        )
+        .order_by(u.media_id, s.collection_slug, s.content_id, u.field_path)
+    )
+
+
+def dangling(bind: Bind, limit: int) -> tuple[list[tuple[str, str, str, str]], int]:
+    """(up to ``limit`` references to no library item, with where they are; how many there are)."""
+    statement = _dangling_statement()
+    with read_transaction(bind) as conn:
+        rows = [tuple(row) for row in conn.execute(statement.limit(limit))]
+        total = conn.execute(
+            sa.select(sa.func.count()).select_from(statement.order_by(None).subquery())
+        ).scalar_one()
+    return rows, int(total)

@@ -1,0 +1,181 @@
+"""From "unused" to a safe clean-up: the unused listing, retirement behind the write fence,
+restore, the restore a later use makes, and dangling references (both dialects)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+
+import pytest
+import sqlalchemy as sa
+
+from media_usage_worker.api import MediaUsage
+from media_usage_worker.domain.cleanup import UnusedFilter
+from media_usage_worker.domain.content_model import FieldDefinition
+from media_usage_worker.domain.errors import InvalidArgument
+from media_usage_worker.pipeline import cleanup
+from media_usage_worker.repository import cleanup as store
+from media_usage_worker.repository.collections import create_collection
+from media_usage_worker.repository.schema import media
+from tests.integration.test_sources import settle
+from tests.support import drain, mark_coverage_complete
+
+LIBRARY = {
+    "m1": ("a.png", "image/png", 100, "2020-01-01 00:00:00"),
+    "m2": ("b.pdf", "application/pdf", 200, "2020-01-01 00:00:00"),
+    "m3": ("c.png", "image/png", 300, "2099-01-01 00:00:00"),
+    "m4": ("d.png", "image/png", 400, "2020-01-01 00:00:00"),
+    "m5": ("e.png", "image/png", 500, "2020-01-01 00:00:00"),
+}
+
+
+def sql(engine: sa.Engine, statement: str, **params: object) -> None:
+    with engine.begin() as conn:
+        conn.execute(sa.text(statement), params)
+
+
+def rows(engine: sa.Engine, statement: str, **params: object) -> list[tuple]:
+    with engine.connect() as conn:
+        return [tuple(r) for r in conn.execute(sa.text(statement), params)]
+
+
+@pytest.fixture
+def site(db: sa.Engine) -> Iterator[sa.Engine]:
+    """Posts using m4 (live) and m5 (only from a trashed entry); m1..m3 used nowhere."""
+    with db.begin() as conn:
+        conn.execute(media.insert(), [
+            {"id": i, "filename": f, "mime_type": t, "size": n, "storage_key": f,
+             "created_at": at, "alt": f"alt {i}"}
+            for i, (f, t, n, at) in LIBRARY.items()
+        ])  # fmt: skip
+    create_collection(db, "posts", "Posts", [FieldDefinition("hero", "Hero", "image")])
+    from media_usage_worker.repository.activation import activate
+
+    activate(db)
+    sql(db, "INSERT INTO ec_posts (id, hero) VALUES ('p1', 'm4')")
+    sql(db, "INSERT INTO ec_posts (id, hero, deleted_at) VALUES ('p2', 'm5', '2026-01-01')")
+    settle(db)
+    yield db
+
+
+def listed(engine: sa.Engine, **chosen: object) -> list[str]:
+    page = cleanup.unused(engine, UnusedFilter(**chosen), limit=100)  # type: ignore[arg-type]
+    assert page.known
+    return [item.id for item in page.items]
+
+
+def test_nothing_is_listed_until_coverage_is_complete(site) -> None:
+    sql(site, "INSERT INTO ec_posts (id, hero) VALUES ('p3', 'm1')")
+    page = MediaUsage(site).unused()
+    assert (page.known, page.coverage, page.items, page.total_count) == (
+        False, "stale", [], None,
+    )  # fmt: skip
+    drain(site)
+    assert MediaUsage(site).unused().known
+
+
+def test_the_unused_listing_pages_filters_and_totals(site) -> None:
+    index = MediaUsage(site)
+    first = index.unused(limit=2)
+    assert [i.id for i in first.items] == ["m1", "m2"]
+    assert (first.total_count, first.total_bytes) == (3, 600)
+    assert first.items[0].filename == "a.png" and first.items[0].size == 100
+    second = index.unused(limit=2, cursor=first.next_cursor)
+    assert [i.id for i in second.items] == ["m3"] and second.next_cursor is None
+    assert listed(site, older_than_days=30) == ["m1", "m2"]
+    assert listed(site, mime_prefix="image/") == ["m1", "m3"]
+    assert listed(site, trashed_only=True) == ["m5"]
+    # A cursor is only good for the listing that issued it.
+    with pytest.raises(InvalidArgument):
+        index.unused(limit=2, cursor=first.next_cursor, mime_prefix="image/")
+    for bad in ({"older_than": -1}, {"mime_prefix": ""}, {"limit": 0}):
+        with pytest.raises(InvalidArgument):
+            index.unused(**bad)  # type: ignore[arg-type]
+
+
+def test_retire_moves_an_unused_item_whole_and_says_why_for_the_rest(site) -> None:
+    before = rows(site, "SELECT * FROM media WHERE id = 'm1'")
+    result = MediaUsage(site).retire(["m1", "m4", "m5", "nope", "m1"], actor="ops")
+    assert result.retired == ["m1"]
+    assert result.refused == {"m4": "used", "m5": "used", "nope": "not_in_library"}
+    assert rows(site, "SELECT id FROM media WHERE id = 'm1'") == []
+    kept = rows(site, "SELECT retired_by, reason FROM _media_usage_worker_quarantine")
+    assert kept == [("ops", "unused")]
+    assert MediaUsage(site).retire(["m1"]).refused == {"m1": "already_retired"}
+    (entry,) = [a for a in store.audit_page(site, 10) if a["action"] == "retire"]
+    assert (entry["actor"], entry["media_ids"]) == ("ops", ["m1"])
+
+    restored = MediaUsage(site).restore(["m1", "m2", "m9"], actor="ops")
+    assert restored.restored == ["m1"]
+    assert restored.refused == {"m2": "in_library", "m9": "not_retired"}
+    assert rows(site, "SELECT * FROM media WHERE id = 'm1'") == before
+
+
+def test_nothing_is_retired_while_a_write_waits_to_be_indexed(site) -> None:
+    sql(site, "INSERT INTO ec_posts (id, hero) VALUES ('p9', 'm2')")  # captured, not indexed
+    result = MediaUsage(site).retire(["m1", "m2"])
+    assert result.refused == {"m1": "not_known_yet", "m2": "not_known_yet"}
+    assert rows(site, "SELECT count(*) FROM media") == [(5,)]
+
+
+def test_a_later_use_of_a_retired_item_restores_it(site) -> None:
+    assert MediaUsage(site).retire(["m2"]).retired == ["m2"]
+    sql(site, "INSERT INTO ec_posts (id, hero) VALUES ('p9', 'm2')")
+    drain(site)
+    assert rows(site, "SELECT id FROM media WHERE id = 'm2'") == [("m2",)]
+    assert rows(site, "SELECT count(*) FROM _media_usage_worker_quarantine") == [(0,)]
+    assert store.audit_page(site, 1)[0]["action"] == "restore"
+    assert MediaUsage(site).is_unused("m2") is False
+
+
+def test_a_write_in_flight_holds_the_retirement_until_it_commits(site) -> None:
+    """The fence, with real connections: a write that references m1 has run its capture
+    trigger but not committed; the retirement waits for it, then sees coverage stale and
+    retires nothing."""
+    writer = site.connect()
+    writing = writer.begin()
+    writer.execute(sa.text("INSERT INTO ec_posts (id, hero) VALUES ('p9', 'm1')"))
+    done = threading.Event()
+    outcome: dict[str, object] = {}
+
+    def retire() -> None:
+        try:
+            outcome["result"] = MediaUsage(site).retire(["m1"])
+        except Exception as exc:  # reported below
+            outcome["error"] = exc
+        done.set()
+
+    thread = threading.Thread(target=retire)
+    thread.start()
+    # It waits: not done while the write is open (a poll with a deadline, not a sleep).
+    assert not done.wait(1.0)
+    writing.commit()
+    writer.close()
+    assert done.wait(30)
+    thread.join()
+    assert "error" not in outcome, outcome
+    assert outcome["result"].refused == {"m1": "not_known_yet"}  # type: ignore[union-attr]
+    assert rows(site, "SELECT id FROM media WHERE id = 'm1'") == [("m1",)]
+
+
+def test_dangling_references_are_listed_with_where(site) -> None:
+    sql(site, "INSERT INTO ec_posts (id, hero) VALUES ('p7', 'ghost')")
+    drain(site)
+    found, total = store.dangling(site, 10)
+    assert (found, total) == ([("ghost", "posts", "p7", "hero")], 1)
+    # A retired item is not dangling: it is in the quarantine.
+    mark_coverage_complete(site)
+    assert MediaUsage(site).retire(["m1"]).retired == ["m1"]
+    assert store.dangling(site, 10)[1] == 1
+
+
+def test_retire_all_unused_takes_the_selection_a_batch_at_a_time(site) -> None:
+    dry = cleanup.retire_all_unused(site, UnusedFilter(), actor="ops", dry_run=True)
+    assert dry.retired == ["m1", "m2", "m3"]
+    assert rows(site, "SELECT count(*) FROM media") == [(5,)]
+    done = cleanup.retire_all_unused(site, UnusedFilter(mime_prefix="image/"), actor="ops")
+    assert done.retired == ["m1", "m3"]
+    assert sorted(r[0] for r in rows(site, "SELECT id FROM media")) == ["m2", "m4", "m5"]
+    ids = json.loads(rows(site, "SELECT media_ids FROM _media_usage_worker_audit")[0][0])
+    assert ids == ["m1", "m3"]
