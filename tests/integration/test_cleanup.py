@@ -179,3 +179,39 @@ def test_retire_all_unused_takes_the_selection_a_batch_at_a_time(site) -> None:
     assert sorted(r[0] for r in rows(site, "SELECT id FROM media")) == ["m2", "m4", "m5"]
     ids = json.loads(rows(site, "SELECT media_ids FROM _media_usage_worker_audit")[0][0])
     assert ids == ["m1", "m3"]
+
+
+def cli(engine: sa.Engine, *args: str):
+    from click.testing import CliRunner
+
+    from media_usage_worker.cli import main
+
+    return CliRunner().invoke(main, [*args, "--database-url", str(engine.url)])
+
+
+def test_the_command_line_lists_retires_restores_and_audits(site) -> None:
+    listed_json = json.loads(cli(site, "unused", "--json").output)
+    assert [i["id"] for i in listed_json["items"]] == ["m1", "m2", "m3"]
+    assert (listed_json["total_count"], listed_json["total_bytes"]) == (3, 600)
+    assert cli(site, "unused", "--csv").output.splitlines()[1].startswith("m1,a.png,image/png")
+    assert cli(site, "unused", "--include-trashed-only", "--json").exit_code == 0
+
+    dry = cli(site, "retire", "--all-unused", "--mime", "image/", "--dry-run", "--json")
+    assert json.loads(dry.output) == {"would_retire": ["m1", "m3"], "refused": {}}
+    done = cli(site, "retire", "m1", "m4", "--json")
+    assert json.loads(done.output) == {"retired": ["m1"], "refused": {"m4": "used"}}
+    back = cli(site, "restore", "m1", "--json")
+    assert json.loads(back.output) == {"restored": ["m1"], "refused": {}}
+    audit = json.loads(cli(site, "audit", "--json").output)
+    assert [a["action"] for a in audit] == ["restore", "retire"]
+    assert audit[0]["actor"].startswith("cli")
+    assert json.loads(cli(site, "dangling", "--json").output) == {"total": 0, "references": []}
+
+    for bad in (["retire"], ["retire", "m1", "--all-unused"], ["retire", "m1", "--dry-run"],
+                ["unused", "--older-than", "-1"], ["unused", "--json", "--csv"],
+                ["unused", "--mime", ""], ["restore"]):  # fmt: skip
+        result = cli(site, *bad)
+        assert result.exit_code == 2, (bad, result.output)
+    sql(site, "INSERT INTO ec_posts (id, hero) VALUES ('p9', 'm2')")
+    waiting = cli(site, "unused")
+    assert waiting.exit_code == 1 and "not known yet: coverage is stale" in waiting.output

@@ -1,0 +1,193 @@
+"""``unused``, ``retire``, ``restore``, ``dangling``, ``audit``: from "used nowhere" to a safe
+clean-up (docs/operations.md, "Cleaning up unused media"). Every argument is validated before
+the database is opened."""
+
+from __future__ import annotations
+
+import csv
+import getpass
+import json
+import sys
+from collections.abc import Mapping
+from dataclasses import asdict
+
+import click
+
+from media_usage_worker.cli.common import (
+    Outcome,
+    database_url_option,
+    handle_errors,
+    open_engine,
+    table,
+)
+from media_usage_worker.domain import validation as check
+from media_usage_worker.domain.cleanup import MAX_DAYS, UnusedFilter, checked_ids
+
+
+def _actor() -> str:
+    """Who runs the command, for the audit: the operating system's user name."""
+    try:
+        return f"cli:{getpass.getuser()}"
+    except Exception:
+        return "cli"
+
+
+def _filter(older_than: int | None, mime: str | None, trashed_only: bool) -> UnusedFilter:
+    return UnusedFilter(older_than, mime, trashed_only).validated()
+
+
+_older_than = click.option(
+    "--older-than", "older_than", type=click.IntRange(0, MAX_DAYS), metavar="DAYS",
+    help="Only items created more than DAYS days ago.",
+)  # fmt: skip
+_mime = click.option("--mime", "mime", metavar="PREFIX", help="Only MIME types under PREFIX.")
+_trashed = click.option(
+    "--include-trashed-only", "trashed_only", is_flag=True,
+    help="The items only trashed entries use (emptying the trash would free them), instead.",
+)  # fmt: skip
+
+
+@click.command("unused")
+@_older_than
+@_mime
+@_trashed
+@click.option("--limit", type=int, default=None, help="Items per page (1 to 100, default 50).")
+@click.option("--cursor", default=None, help="The next page: the previous page's cursor.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--csv", "as_csv", is_flag=True, help="Print CSV (id, filename, mime, size, ...).")
+@database_url_option
+@handle_errors
+def unused_command(
+    older_than: int | None, mime: str | None, trashed_only: bool, limit: int | None,
+    cursor: str | None, as_json: bool, as_csv: bool, database_url: str,
+) -> None:  # fmt: skip
+    """Library items no source uses, with the whole selection's count and bytes. Exit 1 with
+    the coverage while it is not complete: then nobody knows what is unused."""
+    from media_usage_worker.pipeline.cleanup import unused
+
+    chosen = _filter(older_than, mime, trashed_only)
+    check.operator_limit(limit)
+    if as_json and as_csv:
+        raise click.UsageError("--json and --csv are one or the other.")
+    with open_engine(database_url) as engine:
+        page = unused(engine, chosen, limit=limit, cursor=cursor)
+    if not page.known:
+        raise Outcome(f"not known yet: coverage is {page.coverage}, not complete")
+    if as_json:
+        click.echo(json.dumps({**asdict(page), "items": [asdict(i) for i in page.items]}))
+        return
+    if as_csv:
+        writer = csv.writer(sys.stdout)
+        writer.writerow(["id", "filename", "mime_type", "size", "storage_key", "created_at"])
+        for i in page.items:
+            writer.writerow([i.id, i.filename, i.mime_type, i.size, i.storage_key, i.created_at])
+        return
+    click.echo(f"{page.total_count} unused item(s), {page.total_bytes} bytes")
+    table(
+        ["ID", "FILENAME", "MIME", "SIZE", "STORAGE KEY", "CREATED"],
+        [[i.id, i.filename, i.mime_type, i.size, i.storage_key, i.created_at] for i in page.items],
+    )
+    if page.next_cursor:
+        click.echo(f"next page: --cursor {page.next_cursor}")
+
+
+def _report(done: list[str], refused: Mapping[str, str], verb: str, as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps({verb.replace(" ", "_"): done, "refused": dict(refused)}))
+        return
+    click.echo(f"{verb} {len(done)} item(s)")
+    for media_id, why in refused.items():
+        click.echo(f"refused {media_id}: {why}")
+
+
+@click.command("retire")
+@click.argument("ids", nargs=-1)
+@click.option("--all-unused", is_flag=True, help="Every unused item (with the filters).")
+@_older_than
+@_mime
+@click.option("--dry-run", is_flag=True, help="List what would be retired; change nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@database_url_option
+@handle_errors
+def retire_command(
+    ids: tuple[str, ...], all_unused: bool, older_than: int | None, mime: str | None,
+    dry_run: bool, as_json: bool, database_url: str,
+) -> None:  # fmt: skip
+    """Move unused media items out of the library into the quarantine, behind the write
+    fence (docs/design.md §13). Each refused id is listed with its reason."""
+    from media_usage_worker.pipeline.cleanup import retire, retire_all_unused
+
+    if bool(ids) == all_unused:
+        raise click.UsageError("Give media ids or --all-unused, not both.")
+    if not all_unused and (older_than is not None or mime is not None or dry_run):
+        raise click.UsageError("--older-than, --mime and --dry-run go with --all-unused.")
+    chosen = _filter(older_than, mime, False)
+    if ids:
+        checked_ids(list(ids))
+    with open_engine(database_url) as engine:
+        if all_unused:
+            result = retire_all_unused(engine, chosen, actor=_actor(), dry_run=dry_run)
+        else:
+            result = retire(engine, list(ids), actor=_actor())
+    _report(result.retired, result.refused, "would retire" if dry_run else "retired", as_json)
+
+
+@click.command("restore")
+@click.argument("ids", nargs=-1, required=True)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@database_url_option
+@handle_errors
+def restore_command(ids: tuple[str, ...], as_json: bool, database_url: str) -> None:
+    """Put retired items back into the library exactly as they were."""
+    from media_usage_worker.pipeline.cleanup import restore
+
+    checked_ids(list(ids))
+    with open_engine(database_url) as engine:
+        result = restore(engine, list(ids), actor=_actor())
+    _report(result.restored, result.refused, "restored", as_json)
+
+
+@click.command("dangling")
+@click.option("--limit", type=click.IntRange(1, 1000), default=100, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@database_url_option
+@handle_errors
+def dangling_command(limit: int, as_json: bool, database_url: str) -> None:
+    """References to a media id no library item has (never existed, deleted by the host, or
+    retired before a late write), with where each one is."""
+    from media_usage_worker.domain.host_sources import kind_label
+    from media_usage_worker.repository.cleanup import dangling
+
+    with open_engine(database_url) as engine:
+        found, total = dangling(engine, limit)
+    shown = [
+        {"media_id": m, "kind": kind_label(slug), "collection": slug, "content_id": c,
+         "field_path": path}
+        for m, slug, c, path in found
+    ]  # fmt: skip
+    if as_json:
+        click.echo(json.dumps({"total": total, "references": shown}))
+        return
+    click.echo(f"{total} dangling reference(s)")
+    table(["MEDIA ID", "WHERE", "CONTENT", "PATH"],
+          [[d["media_id"], d["collection"] if d["kind"] == "content" else d["kind"],
+            d["content_id"], d["field_path"]] for d in shown])  # fmt: skip
+
+
+@click.command("audit")
+@click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@database_url_option
+@handle_errors
+def audit_command(limit: int, as_json: bool, database_url: str) -> None:
+    """Who retired, restored or purged which items, and when; newest first."""
+    from media_usage_worker.repository.cleanup import audit_page
+
+    with open_engine(database_url) as engine:
+        entries = audit_page(engine, limit)
+    if as_json:
+        click.echo(json.dumps(entries))
+        return
+    table(["AT", "ACTOR", "ACTION", "IDS", "DETAIL"],
+          [[e["at"], e["actor"], e["action"], " ".join(e["media_ids"]), e["detail"]]
+           for e in entries])  # fmt: skip
