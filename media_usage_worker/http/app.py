@@ -13,6 +13,7 @@ from fastapi import Depends, FastAPI, Request
 from media_usage_worker.api import MediaUsage
 from media_usage_worker.http import errors, security
 from media_usage_worker.http.bodies import MAX_HTTP_IDS
+from media_usage_worker.http.cleanup import cleanup_operator_routes, cleanup_read_routes
 from media_usage_worker.http.head import HeadAsGet
 from media_usage_worker.http.operator import collection_routes, work_routes
 from media_usage_worker.http.probes import probe_routes
@@ -52,7 +53,9 @@ def create_app(engine: sa.Engine, settings: ApiSettings) -> FastAPI:
         probe_routes(engine, metrics_cache_seconds=settings.metrics_cache_seconds, read=read)
     )
     app.include_router(read_routes(MediaUsage(engine), read=read))
+    app.include_router(cleanup_read_routes(engine, read=read))
     operate = [Depends(access(operator=True))]
     app.include_router(work_routes(engine, operate=operate))
     app.include_router(collection_routes(engine, operate=operate))
+    app.include_router(cleanup_operator_routes(engine, operate=operate))
     return app

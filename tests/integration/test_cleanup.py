@@ -215,3 +215,32 @@ def test_the_command_line_lists_retires_restores_and_audits(site) -> None:
     sql(site, "INSERT INTO ec_posts (id, hero) VALUES ('p9', 'm2')")
     waiting = cli(site, "unused")
     assert waiting.exit_code == 1 and "not known yet: coverage is stale" in waiting.output
+
+
+def test_over_http_with_a_real_server(site, tmp_path) -> None:
+    from tests.http_server import serving
+
+    with serving(str(site.url.render_as_string(hide_password=False)), tmp_path) as api:
+        page = api.get("/v1/unused?limit=2&mime=image/")
+        assert page.status == 200, page.text
+        assert [i["id"] for i in page.json["items"]] == ["m1", "m3"]
+        assert page.json["total_count"] == 2
+        assert api.get("/v1/unused", token=None).status in (401, 403)
+        assert api.get("/v1/unused?older_than=-3").status == 400
+
+        dry = api.post("/v1/media/retire", {"all_unused": True, "dry_run": True})
+        assert dry.json == {"would_retire": ["m1", "m2", "m3"], "refused": {}}
+        done = api.post("/v1/media/retire", {"ids": ["m1", "m4"]})
+        assert done.status == 200 and done.json == {"retired": ["m1"], "refused": {"m4": "used"}}
+        assert api.post("/v1/media/retire", {"ids": ["m1"], "all_unused": True}).status == 400
+        assert api.post("/v1/media/retire", {"ids": "m1"}).status == 400
+        assert api.post("/v1/media/retire", {"ids": ["m2"]}, token="wrong").status in (401, 403)
+        back = api.post("/v1/media/restore", {"ids": ["m1"]})
+        assert back.json == {"restored": ["m1"], "refused": {}}
+        assert api.get("/v1/dangling").json == {"total": 0, "references": []}
+
+        sql(site, "INSERT INTO ec_posts (id, hero) VALUES ('p9', 'm2')")
+        waiting = api.get("/v1/unused")
+        assert waiting.status == 409 and waiting.json["error"]["code"] == "not_known_yet"
+    audit = store.audit_page(site, 10)
+    assert [(a["actor"], a["action"]) for a in audit] == [("http", "restore"), ("http", "retire")]

@@ -1,0 +1,121 @@
+"""The clean-up routes: what can go (read token), retire and restore (operator token), and
+references to no library item (read token). docs/operations.md, "Cleaning up unused media"."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import Any
+
+import sqlalchemy as sa
+from fastapi import APIRouter, Request
+from fastapi.params import Depends
+from starlette.concurrency import run_in_threadpool
+
+from media_usage_worker.domain.cleanup import UnusedFilter
+from media_usage_worker.domain.errors import InvalidArgument
+from media_usage_worker.domain.host_sources import kind_label
+from media_usage_worker.http.bodies import json_object, page_limit
+from media_usage_worker.http.errors import ApiError
+from media_usage_worker.pipeline import cleanup
+from media_usage_worker.repository.cleanup import dangling
+
+ACTOR = "http"
+
+
+def _days(raw: str | None) -> int | None:
+    if raw is None:
+        return None
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 6):
+        raise InvalidArgument("older_than is a whole number of days.")
+    return int(raw)
+
+
+def _flag(raw: str | None) -> bool:
+    if raw in (None, "", "false", "0"):
+        return False
+    if raw in ("true", "1"):
+        return True
+    raise InvalidArgument("include_trashed_only is true or false.")
+
+
+def cleanup_read_routes(engine: sa.Engine, *, read: Sequence[Depends]) -> APIRouter:
+    router = APIRouter(dependencies=list(read))
+
+    @router.get("/v1/unused")
+    def unused(
+        limit: str | None = None,
+        cursor: str | None = None,
+        older_than: str | None = None,
+        mime: str | None = None,
+        include_trashed_only: str | None = None,
+    ) -> dict[str, Any]:
+        """Library items no source uses, by id, with the selection's totals; 409
+        ``not_known_yet`` (with the coverage) while coverage is not complete."""
+        chosen = UnusedFilter(_days(older_than), mime, _flag(include_trashed_only))
+        page = cleanup.unused(engine, chosen, limit=page_limit(limit), cursor=cursor)
+        if not page.known:
+            raise ApiError(
+                409, "not_known_yet", f"Coverage is {page.coverage}: what is unused is not known."
+            )
+        return {
+            "items": [asdict(item) for item in page.items],
+            "next_cursor": page.next_cursor,
+            "total_count": page.total_count,
+            "total_bytes": page.total_bytes,
+        }
+
+    @router.get("/v1/dangling")
+    def dangling_references(limit: str | None = None) -> dict[str, Any]:
+        """References to a media id no library item has, with where each one is."""
+        found, total = dangling(engine, page_limit(limit) or 100)
+        return {
+            "total": total,
+            "references": [
+                {"media_id": m, "kind": kind_label(slug), "collection": slug,
+                 "content_id": content_id, "field_path": path}
+                for m, slug, content_id, path in found
+            ],
+        }  # fmt: skip
+
+    return router
+
+
+def cleanup_operator_routes(engine: sa.Engine, *, operate: Sequence[Depends]) -> APIRouter:
+    router = APIRouter(dependencies=list(operate))
+
+    @router.post("/v1/media/retire")
+    async def retire(request: Request) -> dict[str, Any]:
+        """``{"ids": [...]}``, or ``{"all_unused": true, "older_than", "mime", "dry_run"}``:
+        retire behind the write fence; each refused id with its reason."""
+        body = await json_object(request, {"ids", "all_unused", "older_than", "mime", "dry_run"})
+        return await run_in_threadpool(_retire, body)
+
+    def _retire(body: dict[str, Any]) -> dict[str, Any]:
+        every = body.get("all_unused", False)
+        if not isinstance(every, bool) or ("ids" in body) == every:
+            raise InvalidArgument('Give "ids" or "all_unused": true, not both.')
+        if every:
+            dry_run = body.get("dry_run", False)
+            if not isinstance(dry_run, bool):
+                raise InvalidArgument('"dry_run" is true or false.')
+            chosen = UnusedFilter(body.get("older_than"), body.get("mime"))
+            result = cleanup.retire_all_unused(engine, chosen, actor=ACTOR, dry_run=dry_run)
+            verb = "would_retire" if dry_run else "retired"
+        else:
+            if set(body) - {"ids"}:
+                raise InvalidArgument('"older_than", "mime" and "dry_run" go with "all_unused".')
+            result = cleanup.retire(engine, body["ids"], actor=ACTOR)
+            verb = "retired"
+        return {verb: result.retired, "refused": dict(result.refused)}
+
+    @router.post("/v1/media/restore")
+    async def restore(request: Request) -> dict[str, Any]:
+        """``{"ids": [...]}``: put retired items back into the library as they were."""
+        body = await json_object(request, {"ids"})
+        if "ids" not in body:
+            raise InvalidArgument('"ids" is required.')
+        result = await run_in_threadpool(cleanup.restore, engine, body["ids"], actor=ACTOR)
+        return {"restored": result.restored, "refused": dict(result.refused)}
+
+    return router
