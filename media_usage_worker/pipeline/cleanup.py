@@ -78,6 +78,7 @@ def retire_all_unused(
     actor: str,
     dry_run: bool = False,
     progress: Callable[[RetireResult], None] | None = None,
+    before_move: Callable[[], None] | None = None,
 ) -> RetireResult:
     """Retire every item of the selection, a fenced batch at a time (with ``dry_run``, only
     list them: the ids a run would try now). An item some write uses between the listing and
@@ -95,7 +96,7 @@ def retire_all_unused(
         if dry_run:
             retired += ids
             continue
-        result = store.retire_batch(engine, ids, who, "unused")
+        result = store.retire_batch(engine, ids, who, "unused", before_move)
         retired += result.retired
         refused.update(result.refused)
         if progress is not None:

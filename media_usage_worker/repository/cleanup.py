@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -113,9 +113,16 @@ def _hold_every_coverage_row(conn: sa.Connection) -> None:
     conn.exec_driver_sql(f"LOCK TABLE {index_status.name} IN SHARE MODE")
 
 
-def retire_batch(engine: sa.Engine, ids: Sequence[str], actor: str, reason: str) -> RetireResult:
+def retire_batch(
+    engine: sa.Engine,
+    ids: Sequence[str],
+    actor: str,
+    reason: str,
+    before_move: Callable[[], None] | None = None,
+) -> RetireResult:
     """Move the ids no source uses from the library into the quarantine, in one transaction
-    behind the fence; every other id gets its reason."""
+    behind the fence; every other id gets its reason. ``before_move`` runs between the checks
+    and the move (tests widen the window a write would have to race)."""
     refused: dict[str, RetireRefusal] = {}
     with transaction(engine) as conn:
         _hold_every_coverage_row(conn)
@@ -137,6 +144,8 @@ def retire_batch(engine: sa.Engine, ids: Sequence[str], actor: str, reason: str)
             refused.update(dict.fromkeys(used, RetireRefusal.USED))
             candidates = [i for i in candidates if i not in used]
         if candidates:
+            if before_move is not None:
+                before_move()
             _move(conn, media, quarantine, candidates, retired_by=actor, reason=reason)
             _audit(conn, actor, "retire", candidates, reason)
     return RetireResult(candidates, {i: refused[i] for i in ids if i in refused})
