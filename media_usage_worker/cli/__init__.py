@@ -43,6 +43,7 @@ for command in (
     cleanup.unused_command,
     cleanup.retire_command,
     cleanup.restore_command,
+    cleanup.purge_command,
     cleanup.dangling_command,
     cleanup.audit_command,
     demo.demo_command,

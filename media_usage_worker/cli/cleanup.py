@@ -7,9 +7,13 @@ from __future__ import annotations
 import csv
 import getpass
 import json
+import os
+import re
 import sys
 from collections.abc import Mapping
 from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -22,6 +26,10 @@ from media_usage_worker.cli.common import (
 )
 from media_usage_worker.domain import validation as check
 from media_usage_worker.domain.cleanup import MAX_DAYS, UnusedFilter, checked_ids
+from media_usage_worker.domain.errors import InvalidArgument
+
+if TYPE_CHECKING:
+    from media_usage_worker.pipeline.cleanup import PurgeTarget
 
 
 def _actor() -> str:
@@ -191,3 +199,64 @@ def audit_command(limit: int, as_json: bool, database_url: str) -> None:
     table(["AT", "ACTOR", "ACTION", "IDS", "DETAIL"],
           [[e["at"], e["actor"], e["action"], " ".join(e["media_ids"]), e["detail"]]
            for e in entries])  # fmt: skip
+
+
+# A Celery task name as a host names one: dotted words.
+_TASK_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.:-]{0,199}")
+
+
+def _purge_target() -> PurgeTarget:
+    """Where purged files go, from MEDIA_USAGE_PURGE_TASK or MEDIA_USAGE_STORAGE_DIR."""
+    from media_usage_worker.pipeline.cleanup import PurgeTarget
+
+    task = os.environ.get("MEDIA_USAGE_PURGE_TASK") or None
+    directory = os.environ.get("MEDIA_USAGE_STORAGE_DIR") or None
+    if task is not None and not _TASK_NAME.fullmatch(task):
+        raise InvalidArgument("MEDIA_USAGE_PURGE_TASK is not a task name (e.g. host.tasks.purge).")
+    if directory is not None:
+        path = Path(directory)
+        if not path.is_absolute() or not path.is_dir():
+            raise InvalidArgument("MEDIA_USAGE_STORAGE_DIR must be an existing absolute directory.")
+        return PurgeTarget(task, path.resolve())
+    return PurgeTarget(task, None)
+
+
+@click.command("purge")
+@click.option(
+    "--retired-before",
+    "days",
+    type=click.IntRange(0, MAX_DAYS),
+    required=True,
+    metavar="DAYS",
+    help="Purge items retired more than DAYS days ago.",
+)
+@click.option("--dry-run", is_flag=True, help="List what would be purged; change nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@database_url_option
+@handle_errors
+def purge_command(days: int, dry_run: bool, as_json: bool, database_url: str) -> None:  # fmt: skip
+    """Remove retired items for good and hand their files to the host: its purge task
+    (MEDIA_USAGE_PURGE_TASK, sent by name with the storage keys) or deleted under
+    MEDIA_USAGE_STORAGE_DIR. Files not yet delivered are tried again first; exit 1 if any
+    is still undelivered."""
+    from media_usage_worker.pipeline.cleanup import purge
+
+    target = _purge_target()
+    queue = os.environ.get("MEDIA_USAGE_PURGE_QUEUE", "celery")
+
+    def send(task: str, keys: list[str]) -> None:
+        from media_usage_worker.tasks.dispatch import send_purged_files
+
+        send_purged_files(task, keys, queue)
+
+    with open_engine(database_url) as engine:
+        report = purge(engine, days, actor=_actor(), target=target, send=send, dry_run=dry_run)
+    if as_json:
+        click.echo(json.dumps(asdict(report)))
+    else:
+        verb = "would purge" if dry_run else "purged"
+        click.echo(f"{verb} {len(report.purged)} item(s); {report.delivered} file(s) delivered")
+        for key, why in report.undelivered.items():
+            click.echo(f"undelivered {key}: {why}")
+    if report.undelivered:
+        raise Outcome(f"{len(report.undelivered)} file(s) undelivered; they are tried again")

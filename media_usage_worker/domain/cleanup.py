@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from pathlib import Path
 
 from media_usage_worker.domain import validation as check
 from media_usage_worker.domain.errors import InvalidArgument
@@ -108,3 +109,16 @@ def checked_ids(ids: object) -> list[str]:
 
 def batches(ids: Sequence[str], size: int = FENCE_BATCH) -> list[list[str]]:
     return [list(ids[start : start + size]) for start in range(0, len(ids), size)]
+
+
+def file_under(directory: Path, storage_key: object) -> Path | None:
+    """The file ``storage_key`` names under ``directory``, or ``None`` when it would be
+    anywhere else (an absolute path, ``..``, a symlink out, NUL): such a key is never
+    deleted. ``directory`` is resolved already."""
+    if not isinstance(storage_key, str) or not storage_key or "\x00" in storage_key:
+        return None
+    candidate = Path(storage_key)
+    if candidate.is_absolute() or ".." in candidate.parts:
+        return None
+    resolved = (directory / candidate).resolve()
+    return resolved if resolved.is_relative_to(directory) and resolved != directory else None

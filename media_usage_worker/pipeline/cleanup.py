@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from media_usage_worker.domain import validation as check
@@ -18,6 +20,7 @@ from media_usage_worker.domain.cleanup import (
     UnusedPage,
     batches,
     checked_ids,
+    file_under,
 )
 from media_usage_worker.domain.cursor import decode_cursor, encode_cursor
 from media_usage_worker.domain.errors import InvalidArgument
@@ -115,3 +118,106 @@ def restore(engine: Engine, ids: object, *, actor: str) -> RestoreResult:
         restored += result.restored
         refused.update(result.refused)
     return RestoreResult(restored, refused)
+
+
+@dataclass(frozen=True)
+class PurgeTarget:
+    """Where purged files go: the host's purge task (sent by name with the storage keys), or
+    files deleted under a local directory."""
+
+    task: str | None = None
+    directory: Path | None = None
+
+
+@dataclass(frozen=True)
+class PurgeReport:
+    purged: list[str] = field(default_factory=list)
+    delivered: int = 0
+    # Storage key (or batch) -> why its delivery failed; it stays queued and is tried again.
+    undelivered: dict[str, str] = field(default_factory=dict)
+
+
+Send = Callable[[str, list[str]], None]
+DELIVERY_BATCH = 100
+
+
+def purge(
+    engine: Engine,
+    older_than_days: int,
+    *,
+    actor: str,
+    target: PurgeTarget,
+    send: Send | None = None,
+    dry_run: bool = False,
+) -> PurgeReport:
+    """Remove for good the quarantined items retired more than ``older_than_days`` ago, and
+    hand their files to ``target``; files a crash left undelivered go first."""
+    chosen = UnusedFilter(older_than_days).validated()
+    assert chosen.older_than_days is not None
+    who = _reason(actor)
+    if target.task is None and target.directory is None:
+        raise InvalidArgument(
+            "Nowhere to send purged files: set MEDIA_USAGE_PURGE_TASK (a host task) or "
+            "MEDIA_USAGE_STORAGE_DIR (a local directory)."
+        )
+    if dry_run:
+        return PurgeReport(store.purgeable_ids(engine, chosen.older_than_days, 10_000))
+    first = deliver(engine, target, send)
+    purged: list[str] = []
+    while ids := store.purgeable_ids(engine, chosen.older_than_days, FENCE_BATCH):
+        done = store.purge_batch(engine, ids, who, chosen.older_than_days)
+        if not done:
+            break
+        purged += done
+    then = deliver(engine, target, send)
+    return PurgeReport(
+        purged, first.delivered + then.delivered, {**first.undelivered, **then.undelivered}
+    )
+
+
+def deliver(engine: Engine, target: PurgeTarget, send: Send | None = None) -> PurgeReport:
+    """Hand every undelivered purged file to ``target``; a failure leaves it queued."""
+    delivered = 0
+    failures: dict[str, str] = {}
+    failed_ids: set[str] = set()
+    while True:
+        rows = [r for r in store.undelivered(engine, DELIVERY_BATCH) if r[0] not in failed_ids]
+        if not rows:
+            break
+        done: list[str] = []
+        if target.task is not None:
+            assert send is not None, "a purge task needs a sender"
+            try:
+                send(target.task, [key for _, key in rows])
+                done = [media_id for media_id, _ in rows]
+            except Exception as exc:
+                for media_id, key in rows:
+                    failures[key] = f"{type(exc).__name__}: {exc}"[:300]
+                    failed_ids.add(media_id)
+                    store.delivery_failed(engine, media_id, failures[key])
+        else:
+            assert target.directory is not None
+            for media_id, key in rows:
+                why = _delete_file(target.directory, key)
+                if why is None:
+                    done.append(media_id)
+                else:
+                    failures[key] = why
+                    failed_ids.add(media_id)
+                    store.delivery_failed(engine, media_id, why)
+        if done:
+            store.delivered(engine, done)
+            delivered += len(done)
+    return PurgeReport([], delivered, failures)
+
+
+def _delete_file(directory: Path, key: str) -> str | None:
+    """Delete the file of ``key`` under ``directory``; why not, if it was not deleted."""
+    path = file_under(directory, key)
+    if path is None:
+        return "the storage key names a file outside MEDIA_USAGE_STORAGE_DIR: not deleted"
+    try:
+        path.unlink(missing_ok=True)
+    except OSError as exc:
+        return f"{type(exc).__name__}: {exc}"[:300]
+    return None

@@ -37,6 +37,7 @@ from media_usage_worker.repository.schema import (
     index_status,
     media,
     occurrences,
+    purges,
     quarantine,
     sources,
     work,
@@ -253,3 +254,59 @@ def dangling(bind: Bind, limit: int) -> tuple[list[tuple[str, str, str, str]], i
             sa.select(sa.func.count()).select_from(statement.order_by(None).subquery())
         ).scalar_one()
     return rows, int(total)
+
+
+def purgeable_ids(bind: Bind, older_than_days: int, limit: int) -> list[str]:
+    """Quarantined items retired more than ``older_than_days`` days ago (by the database's
+    clock), oldest first."""
+    query = (
+        sa.select(q.id)
+        .where(q.retired_at < db_now(-86_400 * older_than_days))
+        .order_by(q.retired_at, q.id)
+        .limit(limit)
+    )
+    with read_transaction(bind) as conn:
+        return list(conn.execute(query).scalars())
+
+
+def purge_batch(
+    engine: sa.Engine, ids: Sequence[str], actor: str, older_than_days: int
+) -> list[str]:
+    """Delete the items from the quarantine for good, each file's storage key left in the
+    delivery table in the same transaction; returns the ids purged (still old enough, still
+    quarantined: a restore since the listing keeps its item)."""
+    with transaction(engine) as conn:
+        due = sa.and_(q.id.in_(ids), q.retired_at < db_now(-86_400 * older_than_days))
+        conn.execute(
+            purges.insert().from_select(
+                ["media_id", "storage_key", "purged_at"],
+                sa.select(q.id, q.storage_key, db_now()).where(due),
+            )
+        )
+        gone = sorted(conn.execute(quarantine.delete().where(due).returning(q.id)).scalars())
+        if gone:
+            _audit(conn, actor, "purge", gone, None)
+    return gone
+
+
+def undelivered(bind: Bind, limit: int) -> list[tuple[str, str]]:
+    """(media id, storage key) of purged files not yet handed to the host, oldest first."""
+    p = purges.c
+    query = sa.select(p.media_id, p.storage_key).order_by(p.purged_at, p.media_id).limit(limit)
+    with read_transaction(bind) as conn:
+        return [(i, k) for i, k in conn.execute(query)]
+
+
+def delivered(bind: Bind, media_ids: Sequence[str]) -> None:
+    with transaction(bind) as conn:
+        conn.execute(purges.delete().where(purges.c.media_id.in_(media_ids)))
+
+
+def delivery_failed(bind: Bind, media_id: str, error: str) -> None:
+    p = purges.c
+    with transaction(bind) as conn:
+        conn.execute(
+            purges.update()
+            .where(p.media_id == media_id)
+            .values(attempt_count=p.attempt_count + 1, last_error=error[:500])
+        )

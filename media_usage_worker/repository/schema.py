@@ -591,4 +591,17 @@ audit = Table(
     Index("idx__media_usage_worker_audit_at", "at", "id"),
 )
 
-CLEANUP_TABLES = (quarantine, audit)
+# Purged items' files not yet handed to the host: a purge writes a row here in the transaction
+# that deletes the item from the quarantine, and a delivery deletes it once the file is gone
+# (or the host's purge task accepted it), so a crash between the two loses nothing.
+purges = Table(
+    "_media_usage_worker_purges",
+    metadata,
+    Column("media_id", Text, primary_key=True),
+    Column("storage_key", Text, nullable=False),
+    Column("purged_at", Text, nullable=False),
+    _zero("attempt_count"),
+    Column("last_error", Text),
+)
+
+CLEANUP_TABLES = (quarantine, audit, purges)

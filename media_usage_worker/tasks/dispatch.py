@@ -172,3 +172,15 @@ def after_write(collection_slug: str, content_id: str) -> str | None:
         )
         return None
     return sent[0] if sent else None
+
+
+def send_purged_files(task_name: str, storage_keys: list[str], queue: str) -> None:
+    """Send the host's purge task by name with the storage keys of purged files; raises when
+    the broker did not take the message (the files stay queued for the next delivery)."""
+    sender = sending_app()
+    with sender.connection_for_write() as conn:
+        conn.ensure_connection(max_retries=2, interval_start=0, interval_step=1, timeout=5)
+        sender.send_task(
+            task_name, args=[storage_keys], queue=queue, ignore_result=True, retry=False,
+            connection=conn,
+        )  # fmt: skip

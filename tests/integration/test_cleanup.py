@@ -244,3 +244,83 @@ def test_over_http_with_a_real_server(site, tmp_path) -> None:
         assert waiting.status == 409 and waiting.json["error"]["code"] == "not_known_yet"
     audit = store.audit_page(site, 10)
     assert [(a["actor"], a["action"]) for a in audit] == [("http", "restore"), ("http", "retire")]
+
+
+def _retired_long_ago(engine: sa.Engine, *ids: str) -> None:
+    assert MediaUsage(engine).retire(list(ids)).retired == list(ids)
+    sql(engine, "UPDATE _media_usage_worker_quarantine SET retired_at = '2001-01-01T00:00:00.000Z'")
+
+
+def test_purge_deletes_files_under_the_storage_directory_and_nothing_outside(
+    site, tmp_path, monkeypatch
+) -> None:
+    storage = tmp_path / "files"
+    storage.mkdir()
+    (storage / "a.png").write_bytes(b"a")
+    outside = tmp_path / "outside.png"
+    outside.write_bytes(b"keep me")
+    sql(site, "UPDATE media SET storage_key = '../outside.png' WHERE id = 'm2'")
+    _retired_long_ago(site, "m1", "m2")
+    monkeypatch.setenv("MEDIA_USAGE_STORAGE_DIR", str(storage))
+    monkeypatch.delenv("MEDIA_USAGE_PURGE_TASK", raising=False)
+
+    dry = cli(site, "purge", "--retired-before", "30", "--dry-run", "--json")
+    assert json.loads(dry.output)["purged"] == ["m1", "m2"]
+    assert (storage / "a.png").exists()
+    done = cli(site, "purge", "--retired-before", "30", "--json")
+    assert done.exit_code == 1  # one file could not be delivered
+    report = json.loads(done.output.splitlines()[0])
+    assert (report["purged"], report["delivered"]) == (["m1", "m2"], 1)
+    assert "outside MEDIA_USAGE_STORAGE_DIR" in report["undelivered"]["../outside.png"]
+    assert not (storage / "a.png").exists() and outside.read_bytes() == b"keep me"
+    assert rows(site, "SELECT count(*) FROM _media_usage_worker_quarantine") == [(0,)]
+    # The refused key stays queued, with why, for an operator to look at.
+    assert rows(site, "SELECT storage_key, attempt_count FROM _media_usage_worker_purges") == [
+        ("../outside.png", 1)
+    ]
+    assert store.audit_page(site, 1)[0]["action"] == "purge"
+
+
+def test_purge_hands_the_keys_to_the_hosts_task_and_keeps_them_until_sent(
+    site, monkeypatch, redis_url
+) -> None:
+    import redis
+
+    from tests.processes import cli as run
+
+    _retired_long_ago(site, "m1", "m3")
+    url = site.url.render_as_string(hide_password=False)
+    monkeypatch.delenv("MEDIA_USAGE_STORAGE_DIR", raising=False)
+    monkeypatch.setenv("MEDIA_USAGE_PURGE_TASK", "host.tasks.purge_files")
+    monkeypatch.setenv("MEDIA_USAGE_PURGE_QUEUE", "host-purges")
+    monkeypatch.setenv("MEDIA_USAGE_BROKER_URL", "redis://127.0.0.1:1/0")  # nobody there
+    down = run("purge", "--retired-before", "1", "--json", url=url)
+    assert down.code == 1, down.err
+    assert rows(site, "SELECT count(*) FROM _media_usage_worker_purges") == [(2,)]
+
+    client = redis.Redis.from_url(redis_url)
+    client.delete("host-purges")
+    monkeypatch.setenv("MEDIA_USAGE_BROKER_URL", redis_url)
+    up = run("purge", "--retired-before", "1", "--json", url=url)
+    assert up.code == 0, up.err
+    assert json.loads(up.out)["delivered"] == 2
+    assert rows(site, "SELECT count(*) FROM _media_usage_worker_purges") == [(0,)]
+    (message,) = client.lrange("host-purges", 0, -1)
+    body = json.loads(message)
+    assert body["headers"]["task"] == "host.tasks.purge_files"
+    import base64
+
+    args = json.loads(base64.b64decode(body["body"]))[0]
+    assert args == [["a.png", "c.png"]]
+    client.close()
+
+
+def test_purge_without_a_target_changes_nothing(site, monkeypatch) -> None:
+    _retired_long_ago(site, "m1")
+    monkeypatch.delenv("MEDIA_USAGE_STORAGE_DIR", raising=False)
+    monkeypatch.delenv("MEDIA_USAGE_PURGE_TASK", raising=False)
+    result = cli(site, "purge", "--retired-before", "1")
+    assert result.exit_code == 2 and "MEDIA_USAGE_PURGE_TASK" in result.output
+    monkeypatch.setenv("MEDIA_USAGE_STORAGE_DIR", "relative/dir")
+    assert cli(site, "purge", "--retired-before", "1").exit_code == 2
+    assert rows(site, "SELECT count(*) FROM _media_usage_worker_quarantine") == [(1,)]

@@ -1,4 +1,5 @@
-"""Clean-up: the quarantine of retired media items and the audit of operator actions.
+"""Clean-up: the quarantine of retired media items, the audit of operator actions, and the
+files of purged items not yet handed to the host.
 
 Revision ID: 0006_cleanup
 Revises: 0005_host_sources
@@ -8,7 +9,7 @@ import sqlalchemy as sa
 from alembic import op
 
 from media_usage_worker.domain.errors import DowngradeRefused
-from media_usage_worker.repository.schema import CLEANUP_TABLES, quarantine
+from media_usage_worker.repository.schema import CLEANUP_TABLES, purges, quarantine
 
 revision = "0006_cleanup"
 down_revision = "0005_host_sources"
@@ -23,11 +24,12 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     bind = op.get_bind()
-    if bind.execute(sa.select(1).select_from(quarantine).limit(1)).first() is not None:
-        # Dropping the quarantine would lose retired items for good, unpurged.
-        raise DowngradeRefused(
-            "Downgrade refused: _media_usage_worker_quarantine holds retired media items; "
-            "restore or purge them first."
-        )
+    for table in (quarantine, purges):
+        if bind.execute(sa.select(1).select_from(table).limit(1)).first() is not None:
+            # Dropping either would lose retired items, or files the host must still delete.
+            raise DowngradeRefused(
+                f"Downgrade refused: {table.name} is not empty; restore or purge the retired "
+                "items, and let the purge deliver their files, first."
+            )
     for table in reversed(CLEANUP_TABLES):
         table.drop(bind, checkfirst=True)
