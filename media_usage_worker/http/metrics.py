@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 
 import sqlalchemy as sa
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -17,12 +18,14 @@ from prometheus_client.registry import Collector
 
 from media_usage_worker.api import MediaUsage, StatusOverview
 from media_usage_worker.domain.vocabulary import CoverageStatus, WorkState
+from media_usage_worker.repository.cleanup import CleanupCounts, cleanup_counts
 
 
 class IndexCollector(Collector):
     """The collector the API's registry holds; ``collect`` runs on each scrape."""
 
     def __init__(self, engine: sa.Engine, cache_seconds: int) -> None:
+        self._engine = engine
         self._index = MediaUsage(engine)
         self._cache_seconds = cache_seconds
         self._lock = threading.Lock()
@@ -41,6 +44,7 @@ class IndexCollector(Collector):
         up = GaugeMetricFamily("media_usage_up", "1 when the last read of the database worked.")
         try:
             overview = self._index.status()
+            counts = cleanup_counts(self._engine)
         except sa.exc.SQLAlchemyError:
             up.add_metric([], 0)
             return [up]
@@ -49,7 +53,7 @@ class IndexCollector(Collector):
             "media_usage_scrape_duration_seconds", "Time the last read of the database took."
         )
         duration.add_metric([], time.monotonic() - started)
-        return [up, duration, *_families(overview)]
+        return [up, duration, *_families(overview), *_cleanup_families(counts)]
 
 
 def _families(overview: StatusOverview) -> list[Metric]:
@@ -84,7 +88,9 @@ def _families(overview: StatusOverview) -> list[Metric]:
     attempts = gauge(
         "reconciliation_attempts", "Attempts of the reconciliation run.", ["collection"]
     )
-    for c in overview.collections:
+    for c in [*overview.collections, *overview.sources]:
+        # A source beyond content is labelled by its kind (settings, user, table:menus).
+        c = replace(c, slug=c.slug if c.kind == "content" else c.kind)
         for state in WorkState:
             items.add_metric([c.slug, state.value], c.work.get(state, 0))
         failed.add_metric([c.slug], c.work.get(WorkState.FAILED, 0))
@@ -106,3 +112,21 @@ def _families(overview: StatusOverview) -> list[Metric]:
     for d in overview.deletions:
         deleting.add_metric([d["collection_slug"], str(d["phase"]), str(d["state"])], 1)
     return [capture, items, failed, oldest, complete, status, rules, running, attempts, deleting]
+
+
+def _cleanup_families(counts: CleanupCounts) -> list[Metric]:
+    shown = [
+        ("retired_items", "Media items in the quarantine (retired, not purged).", counts.retired),
+        ("dangling_references", "References to a media id no library item has.",
+         counts.dangling),
+        ("restored_by_use", "Retired items a later write used, restored by the worker.",
+         counts.restored_by_use),
+        ("purged_files_undelivered", "Purged items' files not yet handed to the host.",
+         counts.undelivered_files),
+    ]  # fmt: skip
+    families: list[Metric] = []
+    for name, doc, value in shown:
+        family = GaugeMetricFamily(f"media_usage_{name}", doc)
+        family.add_metric([], value)
+        families.append(family)
+    return families

@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
@@ -309,4 +310,29 @@ def delivery_failed(bind: Bind, media_id: str, error: str) -> None:
             purges.update()
             .where(p.media_id == media_id)
             .values(attempt_count=p.attempt_count + 1, last_error=error[:500])
+        )
+
+
+@dataclass(frozen=True)
+class CleanupCounts:
+    retired: int
+    dangling: int
+    restored_by_use: int
+    undelivered_files: int
+
+
+def cleanup_counts(bind: Bind) -> CleanupCounts:
+    """What the metrics show of the clean-up: items in the quarantine, dangling references,
+    restores a later use made, purged files not yet handed to the host."""
+    dangling_refs = _dangling_statement().order_by(None).subquery()
+    with read_transaction(bind) as conn:
+        return CleanupCounts(
+            conn.execute(sa.select(sa.func.count()).select_from(quarantine)).scalar_one(),
+            conn.execute(sa.select(sa.func.count()).select_from(dangling_refs)).scalar_one(),
+            conn.execute(
+                sa.select(sa.func.count()).where(
+                    audit.c.actor == "worker", audit.c.action == "restore"
+                )
+            ).scalar_one(),
+            conn.execute(sa.select(sa.func.count()).select_from(purges)).scalar_one(),
         )

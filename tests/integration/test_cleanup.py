@@ -239,11 +239,21 @@ def test_over_http_with_a_real_server(site, tmp_path) -> None:
         assert back.json == {"restored": ["m1"], "refused": {}}
         assert api.get("/v1/dangling").json == {"total": 0, "references": []}
 
+        assert api.post("/v1/media/retire", {"ids": ["m3"]}).json["retired"] == ["m3"]
+        sql(site, "INSERT INTO ec_posts (id, hero) VALUES ('p8', 'ghost')")
+        drain(site)
+        metrics = api.get("/metrics").text
+        for line in ("media_usage_retired_items 1.0", "media_usage_dangling_references 1.0",
+                     "media_usage_restored_by_use 0.0", "media_usage_purged_files_undelivered 0.0",
+                     'media_usage_coverage_complete{collection="settings"} 1.0'):  # fmt: skip
+            assert line in metrics, line
         sql(site, "INSERT INTO ec_posts (id, hero) VALUES ('p9', 'm2')")
         waiting = api.get("/v1/unused")
         assert waiting.status == 409 and waiting.json["error"]["code"] == "not_known_yet"
     audit = store.audit_page(site, 10)
-    assert [(a["actor"], a["action"]) for a in audit] == [("http", "restore"), ("http", "retire")]
+    assert [(a["actor"], a["action"]) for a in audit] == [
+        ("http", "retire"), ("http", "restore"), ("http", "retire"),
+    ]  # fmt: skip
 
 
 def _retired_long_ago(engine: sa.Engine, *ids: str) -> None:
