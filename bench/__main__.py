@@ -1,4 +1,4 @@
-"""``python -m bench [all|drain|tick|latency|memory|sqlite|cpu|single|reads|backfill]
+"""``python -m bench [all|drain|tick|latency|memory|sqlite|cpu|single|reads|backfill|cleanup]
 [--smoke]``: see docs/benchmarks.md."""
 
 from __future__ import annotations
@@ -16,10 +16,13 @@ SMOKE = {
     "latency": 10,
     "memory": 1_500,
     "reads": (2_000, 1_000, 20, 5, 2.0),
+    "cleanup": (2_000, 1_000, 300, 5.0, 1.0),
 }
-# reads: (entries, library items, samples, HTTP clients, HTTP seconds)
+# reads: (entries, library items, samples, HTTP clients, HTTP seconds); cleanup: (entries,
+# used library items, unused library items, writes/s, seconds of the writer's baseline)
 FULL = {"entries": 20_000, "repeat": 3, "ticks": (1_000, 100_000, 1_000_000), "latency": 200,
-        "memory": 100_000, "reads": (100_000, 50_000, 400, 50, 30.0)}  # fmt: skip
+        "memory": 100_000, "reads": (100_000, 50_000, 400, 50, 30.0),
+        "cleanup": (100_000, 40_000, 10_000, 20.0, 10.0)}  # fmt: skip
 
 
 def machine() -> str:
@@ -49,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
             "single",
             "reads",
             "backfill",
+            "cleanup",
         ],
     )
     parser.add_argument("--smoke", action="store_true", help="tiny sizes: check the harness")
@@ -74,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     entries = args.entries or size["entries"]
     repeat = args.repeat or size["repeat"]
 
-    from bench import backfill, cpu, drain, latency, memory, reads, single, tick
+    from bench import backfill, cleanup, cpu, drain, latency, memory, reads, single, tick
     from bench.env import Bench
 
     print(machine(), flush=True)
@@ -116,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
             if args.entries:  # --entries N sizes the site; the library is half of it
                 site, library = args.entries, max(1, args.entries // 2)
             report(reads.run(bench, site, library, samples, clients, seconds))
+        if args.which in ("all", "cleanup"):
+            report(cleanup.run(bench, *size["cleanup"]))
     return 0
 
 

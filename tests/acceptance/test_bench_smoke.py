@@ -61,3 +61,8 @@ def test_every_benchmark_runs_and_prints_its_figures() -> None:
             assert re.search(rf"reads {dialect} {re.escape(read)}\s+p50\s+[\d.]+ ms", done.stdout)
         assert re.search(rf"reads {dialect} usage_count .*floor p50 [\d.]+", done.stdout)
         assert re.search(rf"reads {dialect} HTTP /v1/usage.* errors 0 ", done.stdout), done.stdout
+        # The clean-up: the unused listing, and retire --all-unused beside a writer.
+        assert re.search(rf"cleanup {dialect} [\d,]+ unused; first page p50 [\d.]+ ms",
+                         done.stdout), done.stdout  # fmt: skip
+        assert re.search(rf"cleanup {dialect} retire --all-unused: [\d,]+ retired in",
+                         done.stdout), done.stdout  # fmt: skip
