@@ -8,11 +8,9 @@ import csv
 import getpass
 import json
 import os
-import re
 import sys
 from collections.abc import Mapping
 from dataclasses import asdict
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
@@ -26,7 +24,6 @@ from media_usage_worker.cli.common import (
 )
 from media_usage_worker.domain import validation as check
 from media_usage_worker.domain.cleanup import MAX_DAYS, UnusedFilter, checked_ids
-from media_usage_worker.domain.errors import InvalidArgument
 
 if TYPE_CHECKING:
     from media_usage_worker.pipeline.cleanup import PurgeTarget
@@ -201,24 +198,14 @@ def audit_command(limit: int, as_json: bool, database_url: str) -> None:
            for e in entries])  # fmt: skip
 
 
-# A Celery task name as a host names one: dotted words.
-_TASK_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.:-]{0,199}")
-
-
 def _purge_target() -> PurgeTarget:
     """Where purged files go, from MEDIA_USAGE_PURGE_TASK or MEDIA_USAGE_STORAGE_DIR."""
-    from media_usage_worker.pipeline.cleanup import PurgeTarget
+    from media_usage_worker.pipeline.cleanup import checked_purge_target
 
-    task = os.environ.get("MEDIA_USAGE_PURGE_TASK") or None
-    directory = os.environ.get("MEDIA_USAGE_STORAGE_DIR") or None
-    if task is not None and not _TASK_NAME.fullmatch(task):
-        raise InvalidArgument("MEDIA_USAGE_PURGE_TASK is not a task name (e.g. host.tasks.purge).")
-    if directory is not None:
-        path = Path(directory)
-        if not path.is_absolute() or not path.is_dir():
-            raise InvalidArgument("MEDIA_USAGE_STORAGE_DIR must be an existing absolute directory.")
-        return PurgeTarget(task, path.resolve())
-    return PurgeTarget(task, None)
+    return checked_purge_target(
+        os.environ.get("MEDIA_USAGE_PURGE_TASK") or None,
+        os.environ.get("MEDIA_USAGE_STORAGE_DIR") or None,
+    )
 
 
 @click.command("purge")

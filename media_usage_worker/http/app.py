@@ -57,5 +57,5 @@ def create_app(engine: sa.Engine, settings: ApiSettings) -> FastAPI:
     operate = [Depends(access(operator=True))]
     app.include_router(work_routes(engine, operate=operate))
     app.include_router(collection_routes(engine, operate=operate))
-    app.include_router(cleanup_operator_routes(engine, operate=operate))
+    app.include_router(cleanup_operator_routes(engine, settings, operate=operate))
     return app

@@ -17,8 +17,10 @@ from media_usage_worker.domain.errors import InvalidArgument
 from media_usage_worker.domain.host_sources import kind_label
 from media_usage_worker.http.bodies import json_object, page_limit
 from media_usage_worker.http.errors import ApiError
+from media_usage_worker.http.settings import ApiSettings
 from media_usage_worker.pipeline import cleanup
 from media_usage_worker.repository.cleanup import dangling
+from media_usage_worker.tasks.dispatch import send_purged_files
 
 ACTOR = "http"
 
@@ -81,7 +83,9 @@ def cleanup_read_routes(engine: sa.Engine, *, read: Sequence[Depends]) -> APIRou
     return router
 
 
-def cleanup_operator_routes(engine: sa.Engine, *, operate: Sequence[Depends]) -> APIRouter:
+def cleanup_operator_routes(
+    engine: sa.Engine, settings: ApiSettings, *, operate: Sequence[Depends]
+) -> APIRouter:
     router = APIRouter(dependencies=list(operate))
 
     @router.post("/v1/media/retire")
@@ -117,5 +121,31 @@ def cleanup_operator_routes(engine: sa.Engine, *, operate: Sequence[Depends]) ->
             raise InvalidArgument('"ids" is required.')
         result = await run_in_threadpool(cleanup.restore, engine, body["ids"], actor=ACTOR)
         return {"restored": result.restored, "refused": dict(result.refused)}
+
+    @router.post("/v1/media/purge")
+    async def purge(request: Request) -> dict[str, Any]:
+        """``{"retired_before": DAYS, "dry_run": false}``: remove retired items for good and
+        hand their files to the configured target; 409 ``nowhere_to_purge`` without one."""
+        body = await json_object(request, {"retired_before", "dry_run"})
+        return await run_in_threadpool(_purge, body)
+
+    def _purge(body: dict[str, Any]) -> dict[str, Any]:
+        days, dry_run = body.get("retired_before"), body.get("dry_run", False)
+        if not isinstance(days, int) or isinstance(days, bool):
+            raise InvalidArgument('"retired_before" is a whole number of days.')
+        if not isinstance(dry_run, bool):
+            raise InvalidArgument('"dry_run" is true or false.')
+        target = settings.purge
+        if target.task is None and target.directory is None:
+            raise ApiError(
+                409, "nowhere_to_purge",
+                "Set MEDIA_USAGE_PURGE_TASK or MEDIA_USAGE_STORAGE_DIR for the server.",
+            )  # fmt: skip
+
+        def send(task: str, keys: list[str]) -> None:
+            send_purged_files(task, keys, settings.purge_queue)
+
+        report = cleanup.purge(engine, days, actor=ACTOR, target=target, send=send, dry_run=dry_run)
+        return asdict(report)
 
     return router

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from media_usage_worker.domain.errors import InvalidSetting
+from media_usage_worker.domain.errors import InvalidArgument, InvalidSetting
 from media_usage_worker.domain.policy import positive_setting
+from media_usage_worker.pipeline.cleanup import PurgeTarget, checked_purge_target
 
 # A token shorter than this is refused: it would be guessable by anyone who can reach the port.
 MIN_TOKEN_LENGTH = 16
@@ -45,6 +46,9 @@ class ApiSettings:
     metrics_cache_seconds: int
     # A client has this long to send a request's headers; then its connection is closed.
     header_timeout_seconds: int = 10
+    # Where ``POST /v1/media/purge`` hands purged files (docs/operations.md).
+    purge: PurgeTarget = field(default_factory=PurgeTarget)
+    purge_queue: str = "celery"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ApiSettings:
@@ -57,7 +61,16 @@ class ApiSettings:
             raise InvalidSetting(
                 f"MEDIA_USAGE_API_PUBLIC_READS must be 1 or 0, not {reads[:40]!r}."
             )
+        try:
+            purge = checked_purge_target(
+                env.get("MEDIA_USAGE_PURGE_TASK") or None,
+                env.get("MEDIA_USAGE_STORAGE_DIR") or None,
+            )
+        except InvalidArgument as exc:
+            raise InvalidSetting(str(exc)) from None
         return cls(
+            purge=purge,
+            purge_queue=env.get("MEDIA_USAGE_PURGE_QUEUE") or "celery",
             token=token,
             public_reads=reads in _TRUE,
             metrics_cache_seconds=positive_setting(env, "MEDIA_USAGE_METRICS_CACHE_SECONDS", 5),

@@ -138,6 +138,23 @@ class PurgeReport:
 
 
 Send = Callable[[str, list[str]], None]
+# A Celery task name as a host names one: dotted words.
+_TASK_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.:-]{0,199}")
+
+
+def checked_purge_target(task: str | None, directory: str | None) -> PurgeTarget:
+    """Where purged files go, from the settings ``MEDIA_USAGE_PURGE_TASK`` (a host's task
+    name) and ``MEDIA_USAGE_STORAGE_DIR`` (an existing absolute directory)."""
+    if task is not None and not _TASK_NAME.fullmatch(task):
+        raise InvalidArgument("MEDIA_USAGE_PURGE_TASK is not a task name (e.g. host.tasks.purge).")
+    if directory is None:
+        return PurgeTarget(task, None)
+    path = Path(directory)
+    if not path.is_absolute() or not path.is_dir():
+        raise InvalidArgument("MEDIA_USAGE_STORAGE_DIR must be an existing absolute directory.")
+    return PurgeTarget(task, path.resolve())
+
+
 DELIVERY_BATCH = 100
 
 

@@ -220,7 +220,11 @@ def test_the_command_line_lists_retires_restores_and_audits(site) -> None:
 def test_over_http_with_a_real_server(site, tmp_path) -> None:
     from tests.http_server import serving
 
-    with serving(str(site.url.render_as_string(hide_password=False)), tmp_path) as api:
+    storage = tmp_path / "files"
+    storage.mkdir()
+    (storage / "c.png").write_bytes(b"c")
+    url = str(site.url.render_as_string(hide_password=False))
+    with serving(url, tmp_path, MEDIA_USAGE_STORAGE_DIR=str(storage)) as api:
         page = api.get("/v1/unused?limit=2&mime=image/")
         assert page.status == 200, page.text
         assert [i["id"] for i in page.json["items"]] == ["m1", "m3"]
@@ -247,13 +251,23 @@ def test_over_http_with_a_real_server(site, tmp_path) -> None:
                      "media_usage_restored_by_use 0.0", "media_usage_purged_files_undelivered 0.0",
                      'media_usage_coverage_complete{collection="settings"} 1.0'):  # fmt: skip
             assert line in metrics, line
+        sql(site, "UPDATE _media_usage_worker_quarantine SET retired_at = '2001-01-01'")
+        purged = api.post("/v1/media/purge", {"retired_before": 30})
+        assert purged.json == {"purged": ["m3"], "delivered": 1, "undelivered": {}}
+        assert not (storage / "c.png").exists()
+        assert api.post("/v1/media/purge", {"retired_before": "30"}).status == 400
+        assert api.post("/v1/media/purge", {"retired_before": 30}, token="x" * 20).status in (
+            401, 403,
+        )  # fmt: skip
         sql(site, "INSERT INTO ec_posts (id, hero) VALUES ('p9', 'm2')")
         waiting = api.get("/v1/unused")
         assert waiting.status == 409 and waiting.json["error"]["code"] == "not_known_yet"
     audit = store.audit_page(site, 10)
     assert [(a["actor"], a["action"]) for a in audit] == [
-        ("http", "retire"), ("http", "restore"), ("http", "retire"),
+        ("http", "purge"), ("http", "retire"), ("http", "restore"), ("http", "retire"),
     ]  # fmt: skip
+    with serving(url, tmp_path) as api:  # no target: nothing is purged
+        assert api.post("/v1/media/purge", {"retired_before": 0}).status == 409
 
 
 def _retired_long_ago(engine: sa.Engine, *ids: str) -> None:

@@ -96,3 +96,19 @@ def test_a_random_token_is_accepted() -> None:
 
     token = "3f9a1c0e5b7d2a8c4e6f1b3d5a7c9e0f"
     assert ApiSettings.from_env({"MEDIA_USAGE_API_TOKEN": token}).token == token
+
+
+def test_the_servers_purge_target_is_checked_when_it_starts(tmp_path) -> None:
+    from media_usage_worker.http.settings import ApiSettings
+
+    base = {"MEDIA_USAGE_API_TOKEN": "0123456789abcdef0123"}
+    settings = ApiSettings.from_env({**base, "MEDIA_USAGE_STORAGE_DIR": str(tmp_path)})
+    assert settings.purge.directory == tmp_path.resolve()
+    assert ApiSettings.from_env(base).purge.task is None
+    for bad in (
+        {"MEDIA_USAGE_STORAGE_DIR": "relative"},
+        {"MEDIA_USAGE_STORAGE_DIR": str(tmp_path / "missing")},
+        {"MEDIA_USAGE_PURGE_TASK": "not a task name"},
+    ):
+        with pytest.raises(InvalidSetting):
+            ApiSettings.from_env({**base, **bad})
