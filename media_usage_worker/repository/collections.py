@@ -304,12 +304,7 @@ def request_reindex(bind: Bind, slug: str) -> int:
         if not activation.is_activation_active(conn):
             raise CaptureInactive()
         invalidate_coverage(conn, collection, ErrorCode.REINDEX_REQUESTED)
-        epoch = conn.execute(
-            sa.select(index_status.c.change_epoch).where(
-                index_status.c.collection_id == collection.id
-            )
-        ).scalar_one()
-    return int(epoch)
+        return _epoch_of(conn, collection.id)
 
 
 def request_source_reindex(bind: Bind, kind: str) -> int:
@@ -325,12 +320,13 @@ def request_source_reindex(bind: Bind, kind: str) -> int:
         source = found[0]
         scope = Collection(source.collection_id, source.scope_key, source.label)
         invalidate_coverage(conn, scope, ErrorCode.REINDEX_REQUESTED)
-        epoch = conn.execute(
-            sa.select(index_status.c.change_epoch).where(
-                index_status.c.collection_id == source.collection_id
-            )
-        ).scalar_one()
-    return int(epoch)
+        return _epoch_of(conn, source.collection_id)
+
+
+def _epoch_of(conn: sa.Connection, collection_id: str) -> int:
+    status = index_status.c
+    epoch = sa.select(status.change_epoch).where(status.collection_id == collection_id)
+    return int(conn.execute(epoch).scalar_one())
 
 
 def is_registered(bind: Bind, collection_id: str, slug: str) -> bool:

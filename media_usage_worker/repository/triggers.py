@@ -69,24 +69,57 @@ _WORK_CONFLICT = """
         updated_at = excluded.updated_at"""
 
 
-def _sqlite_trigger(name: str, event: str, row: str, table: str, cid: str, slug: str) -> str:
-    status_row = f"""adapter_id = 'content-media' AND scope_type = 'collection'
-            AND scope_key = '{slug}' AND collection_id = '{cid}' AND capture_state = 'active'"""
-    return f"""CREATE TRIGGER {name} AFTER {event} ON {table} FOR EACH ROW
-BEGIN
-    UPDATE _emdash_media_usage_index_status SET
+def _sqlite_bump_epoch(status_row: str, registered: str) -> str:
+    """SQLite trigger body: move the scope's epoch (``complete`` becomes ``stale``) while its
+    capture is active and it is registered; else abort the write."""
+    return f"""    UPDATE _emdash_media_usage_index_status SET
         change_epoch = change_epoch + 1,
         status = CASE WHEN status = 'complete' THEN 'stale' ELSE status END,
         completed_at = CASE WHEN status = 'complete' THEN NULL ELSE completed_at END,
         updated_at = {_SQLITE_NOW}
     WHERE {status_row}
-        AND EXISTS (SELECT 1 FROM _emdash_collections WHERE id = '{cid}' AND slug = '{slug}');
-    SELECT RAISE(ABORT, '{INACTIVE_MESSAGE}') WHERE changes() <> 1;
+        AND {registered};
+    SELECT RAISE(ABORT, '{INACTIVE_MESSAGE}') WHERE changes() <> 1;"""
+
+
+def _sqlite_trigger(name: str, event: str, row: str, table: str, cid: str, slug: str) -> str:
+    status_row = f"""adapter_id = 'content-media' AND scope_type = 'collection'
+            AND scope_key = '{slug}' AND collection_id = '{cid}' AND capture_state = 'active'"""
+    registered = (
+        f"EXISTS (SELECT 1 FROM _emdash_collections WHERE id = '{cid}' AND slug = '{slug}')"
+    )
+    return f"""CREATE TRIGGER {name} AFTER {event} ON {table} FOR EACH ROW
+BEGIN
+{_sqlite_bump_epoch(status_row, registered)}
     INSERT INTO _emdash_media_usage_work ({_WORK_COLUMNS})
     SELECT '{cid}', '{slug}', {row}.id, change_epoch, 1, 'pending', 0, {_SQLITE_NOW},
         NULL, NULL, NULL, NULL, {_SQLITE_NOW}, {_SQLITE_NOW}
     FROM _emdash_media_usage_index_status WHERE {status_row}{_WORK_CONFLICT};
 END"""
+
+
+def _pg_bump_epoch(scope: str, registered: str) -> str:
+    """PL/pgSQL: move the scope's epoch (``complete`` becomes ``stale``) while its capture is
+    active and it is registered, into ``v_epoch``; else refuse the write."""
+    return f"""    UPDATE _emdash_media_usage_index_status AS s SET
+        change_epoch = s.change_epoch + 1,
+        status = CASE WHEN s.status = 'complete' THEN 'stale' ELSE s.status END,
+        completed_at = CASE WHEN s.status = 'complete' THEN NULL ELSE s.completed_at END,
+        updated_at = v_now
+    WHERE s.adapter_id = 'content-media' AND s.scope_type = 'collection'
+        AND s.scope_key = {scope} AND s.collection_id = v_collection_id
+        AND s.capture_state = 'active'
+        AND {registered}
+    RETURNING s.change_epoch INTO v_epoch;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION '{INACTIVE_MESSAGE}' USING ERRCODE = 'P0001';
+    END IF;"""
+
+
+_COLLECTION_REGISTERED = """EXISTS (SELECT 1 FROM _emdash_collections AS c
+                    WHERE c.id = v_collection_id AND c.slug = v_slug)"""
+_SOURCE_REGISTERED = """EXISTS (SELECT 1 FROM _media_usage_worker_sources AS r
+                    WHERE r.collection_id = v_collection_id AND r.scope_key = v_scope)"""
 
 
 POSTGRES_FUNCTION_SQL = f"""
@@ -101,20 +134,7 @@ DECLARE
 BEGIN
     IF TG_OP = 'DELETE' THEN v_content_id := OLD.id; ELSE v_content_id := NEW.id; END IF;
     -- The row lock taken here also serialises concurrent writers' epoch bumps: none is lost.
-    UPDATE _emdash_media_usage_index_status AS s SET
-        change_epoch = s.change_epoch + 1,
-        status = CASE WHEN s.status = 'complete' THEN 'stale' ELSE s.status END,
-        completed_at = CASE WHEN s.status = 'complete' THEN NULL ELSE s.completed_at END,
-        updated_at = v_now
-    WHERE s.adapter_id = 'content-media' AND s.scope_type = 'collection'
-        AND s.scope_key = v_slug AND s.collection_id = v_collection_id
-        AND s.capture_state = 'active'
-        AND EXISTS (SELECT 1 FROM _emdash_collections AS c
-                    WHERE c.id = v_collection_id AND c.slug = v_slug)
-    RETURNING s.change_epoch INTO v_epoch;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION '{INACTIVE_MESSAGE}' USING ERRCODE = 'P0001';
-    END IF;
+{_pg_bump_epoch("v_slug", _COLLECTION_REGISTERED)}
     INSERT INTO _emdash_media_usage_work ({_WORK_COLUMNS})
     VALUES (v_collection_id, v_slug, v_content_id, v_epoch, 1, 'pending', 0, v_now,
         NULL, NULL, NULL, NULL, v_now, v_now){_WORK_CONFLICT};
@@ -219,20 +239,7 @@ BEGIN
             v_keys := v_keys || (to_jsonb(OLD) ->> v_key_column);
         END IF;
     END IF;
-    UPDATE _emdash_media_usage_index_status AS s SET
-        change_epoch = s.change_epoch + 1,
-        status = CASE WHEN s.status = 'complete' THEN 'stale' ELSE s.status END,
-        completed_at = CASE WHEN s.status = 'complete' THEN NULL ELSE s.completed_at END,
-        updated_at = v_now
-    WHERE s.adapter_id = 'content-media' AND s.scope_type = 'collection'
-        AND s.scope_key = v_scope AND s.collection_id = v_collection_id
-        AND s.capture_state = 'active'
-        AND EXISTS (SELECT 1 FROM _media_usage_worker_sources AS r
-                    WHERE r.collection_id = v_collection_id AND r.scope_key = v_scope)
-    RETURNING s.change_epoch INTO v_epoch;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION '{INACTIVE_MESSAGE}' USING ERRCODE = 'P0001';
-    END IF;
+{_pg_bump_epoch("v_scope", _SOURCE_REGISTERED)}
     FOREACH v_key IN ARRAY v_keys LOOP
         INSERT INTO _emdash_media_usage_work ({_WORK_COLUMNS})
         VALUES (v_collection_id, v_scope, v_key, v_epoch, 1, 'pending', 0, v_now,
@@ -269,6 +276,8 @@ def _sqlite_source_trigger(
         NULL, NULL, NULL, NULL, {_SQLITE_NOW}, {_SQLITE_NOW}
     FROM _emdash_media_usage_index_status WHERE {status_row}{when}{_WORK_CONFLICT};"""
 
+    registered = f"""EXISTS (SELECT 1 FROM _media_usage_worker_sources
+                    WHERE collection_id = '{cid}' AND scope_key = '{scope}')"""
     if event == "INSERT":
         writes = enqueue(f"NEW.{key}")
     elif event == "DELETE":
@@ -278,15 +287,7 @@ def _sqlite_source_trigger(
     return f"""CREATE TRIGGER {name} AFTER {_source_event(event, source, quote)}
     ON {quote(source.table)} FOR EACH ROW
 BEGIN
-    UPDATE _emdash_media_usage_index_status SET
-        change_epoch = change_epoch + 1,
-        status = CASE WHEN status = 'complete' THEN 'stale' ELSE status END,
-        completed_at = CASE WHEN status = 'complete' THEN NULL ELSE completed_at END,
-        updated_at = {_SQLITE_NOW}
-    WHERE {status_row}
-        AND EXISTS (SELECT 1 FROM _media_usage_worker_sources
-                    WHERE collection_id = '{cid}' AND scope_key = '{scope}');
-    SELECT RAISE(ABORT, '{INACTIVE_MESSAGE}') WHERE changes() <> 1;{writes}
+{_sqlite_bump_epoch(status_row, registered)}{writes}
 END"""
 
 
