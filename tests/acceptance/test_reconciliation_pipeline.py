@@ -113,8 +113,9 @@ def test_a_collection_indexed_under_older_rules_is_reindexed_by_worker_and_beat(
         conn.execute(sa.text("DELETE FROM _emdash_media_usage WHERE field_path LIKE 'body%'"))
         conn.execute(sa.text("UPDATE _emdash_media_usage_sources SET source_fingerprint = 'v1'"))
         conn.execute(
-            sa.text("UPDATE _media_usage_worker_rules_state SET indexed_extraction_version = 1")
-        )
+            sa.text("UPDATE _media_usage_worker_rules_state SET indexed_extraction_version = 1 "
+                    "WHERE collection_id = :id"), {"id": posts.id},
+        )  # fmt: skip
     assert usage_count(db, "g0")[1] is None  # not trusted under the running rules
 
     processes.env["MEDIA_USAGE_RECONCILE_SECONDS"] = "1"
