@@ -24,12 +24,14 @@ from media_usage_worker.domain.cleanup import (
 )
 from media_usage_worker.domain.cursor import decode_cursor, encode_cursor
 from media_usage_worker.domain.errors import InvalidArgument
+from media_usage_worker.domain.vocabulary import CoverageStatus
 from media_usage_worker.repository import cleanup as store
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
 
-_ORDER = re.compile(r"id")
+# An unused listing's cursor carries the selection's totals (count.bytes) past the first page.
+_ORDER = re.compile(r"\d{1,12}\.\d{1,18}")
 MAX_REASON = 500
 
 
@@ -41,18 +43,29 @@ def unused(
     engine: Engine, chosen: UnusedFilter, *, limit: int | None = None, cursor: str | None = None
 ) -> UnusedPage:
     """A page of the library items no source uses (by id), with the selection's totals; not
-    known (an empty page, ``known`` False) while coverage is not ``complete``."""
+    known (an empty page, ``known`` False) while coverage is not ``complete``. The totals are
+    read with the first page and carried by the cursor: each later page is an index walk."""
     chosen = chosen.validated()
     page_limit = check.operator_limit(limit)
     position = decode_cursor(cursor, _ORDER, scope=_scope(chosen))
     after = None if position is None else position.id
-    coverage, items, count, size = store.unused_items(engine, chosen, after, page_limit + 1)
-    if count is None:
+    carried = None if position is None else _totals(position.order_value)
+    coverage, items, read = store.unused_items(
+        engine, chosen, after, page_limit + 1, totals=carried is None
+    )
+    totals = carried or read
+    if coverage != CoverageStatus.COMPLETE or totals is None:
         return UnusedPage(False, coverage, [], None, None, None)
     more = len(items) > page_limit
     items = items[:page_limit]
-    next_cursor = encode_cursor("id", items[-1].id, scope=_scope(chosen)) if more else None
-    return UnusedPage(True, coverage, items, next_cursor, count, size)
+    shown = f"{totals[0]}.{totals[1]}"
+    next_cursor = encode_cursor(shown, items[-1].id, scope=_scope(chosen)) if more else None
+    return UnusedPage(True, coverage, items, next_cursor, *totals)
+
+
+def _totals(order_value: str) -> tuple[int, int]:
+    count, size = order_value.split(".")
+    return int(count), int(size)
 
 
 def _reason(reason: object) -> str:

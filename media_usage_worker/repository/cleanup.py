@@ -50,17 +50,22 @@ _MEDIA_COLUMNS = [column.name for column in media.columns]
 
 
 def _uses(media_id: Any, *, live_only: bool = False) -> sa.Exists:
-    """A current occurrence of ``media_id`` in any source (``live_only``: of an entry not in
-    the trash). Every source counts, whatever its variant or scope: to keep a file, any
-    reference is enough."""
-    # From the occurrences of the id (one index seek) to each one's source by its key.
+    """An occurrence of ``media_id`` in any source (``live_only``: in a source of an entry
+    not in the trash). Every occurrence counts, whatever its source's variant or scope: to
+    keep a file any reference is enough. A superseded generation's occurrences are deleted in
+    the transaction that promotes the next one, so without ``live_only`` no join to the
+    sources is needed: one probe of the occurrences' media id index, which the planner can
+    also walk beside the library's ids (a merge anti-join) for a whole listing."""
+    if not live_only:
+        return sa.exists(sa.select(1).where(u.media_id == media_id))
     joined = occurrences.join(
         sources, sa.and_(s.source_key == u.source_key, s.current_generation == u.generation)
     )
-    where = [u.media_id == media_id]
-    if live_only:
-        where.append(s.content_deleted_at.is_(None))
-    return sa.exists(sa.select(1).select_from(joined).where(*where))
+    return sa.exists(
+        sa.select(1)
+        .select_from(joined)
+        .where(u.media_id == media_id, s.content_deleted_at.is_(None))
+    )
 
 
 def _selection(chosen: UnusedFilter) -> list[sa.ColumnElement[bool]]:
@@ -77,24 +82,28 @@ def _selection(chosen: UnusedFilter) -> list[sa.ColumnElement[bool]]:
 
 
 def unused_items(
-    bind: Bind, chosen: UnusedFilter, after: str | None, limit: int
-) -> tuple[str, list[UnusedItem], int | None, int | None]:
-    """(coverage, a page of unused items after the id ``after``, their total count and bytes
-    over the whole selection); no items nor totals unless coverage is ``complete``."""
+    bind: Bind, chosen: UnusedFilter, after: str | None, limit: int, *, totals: bool
+) -> tuple[str, list[UnusedItem], tuple[int, int] | None]:
+    """(coverage, a page of unused items after the id ``after``, and with ``totals`` their
+    count and bytes over the whole selection); no items nor totals unless coverage is
+    ``complete``. The page is an index walk that stops at ``limit``; the totals read the
+    whole selection, so a listing asks for them once."""
     with read_transaction(bind) as conn:
         coverage = read_coverage(conn)
         if not coverage.complete:
-            return coverage.status, [], None, None
+            return coverage.status, [], None
         where = _selection(chosen)
         page = sa.select(m.id, m.filename, m.mime_type, m.size, m.storage_key, m.created_at)
         page = page.where(*where).order_by(m.id).limit(limit)
         if after is not None:
             page = page.where(m.id > after)
         items = [UnusedItem(*row) for row in conn.execute(page)]
+        if not totals:
+            return coverage.status, items, None
         count, size = conn.execute(
             sa.select(sa.func.count(), sa.func.coalesce(sa.func.sum(m.size), 0)).where(*where)
         ).one()
-    return coverage.status, items, int(count), int(size)
+    return coverage.status, items, (int(count), int(size))
 
 
 def unused_ids(bind: Bind, chosen: UnusedFilter, after: str | None, limit: int) -> list[str]:

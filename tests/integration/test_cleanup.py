@@ -348,3 +348,13 @@ def test_purge_without_a_target_changes_nothing(site, monkeypatch) -> None:
     monkeypatch.setenv("MEDIA_USAGE_STORAGE_DIR", "relative/dir")
     assert cli(site, "purge", "--retired-before", "1").exit_code == 2
     assert rows(site, "SELECT count(*) FROM _media_usage_worker_quarantine") == [(1,)]
+
+
+def test_a_later_page_is_not_known_once_coverage_is_not_complete(site) -> None:
+    first = MediaUsage(site).unused(limit=1)
+    assert first.next_cursor is not None and first.total_count == 3
+    second = MediaUsage(site).unused(limit=1, cursor=first.next_cursor)
+    assert (second.known, second.total_count, [i.id for i in second.items]) == (True, 3, ["m2"])
+    sql(site, "INSERT INTO ec_posts (id, hero) VALUES ('p9', 'm2')")
+    later = MediaUsage(site).unused(limit=1, cursor=first.next_cursor)
+    assert (later.known, later.items, later.coverage) == (False, [], "stale")
