@@ -115,13 +115,30 @@ def unused_ids(bind: Bind, chosen: UnusedFilter, after: str | None, limit: int) 
         return list(conn.execute(query).scalars())
 
 
+# How long a retirement waits for the writers in flight before it gives up the batch: while
+# it waits, PostgreSQL queues every later writer behind its lock request, so a long host
+# transaction must not turn into a stall of every write.
+FENCE_WAIT_MS = 1000
+
+
+class _FenceBusy(Exception):
+    """The fence could not be taken in time: the batch is not known yet."""
+
+
 def _hold_every_coverage_row(conn: sa.Connection) -> None:
     """The fence (module docstring). SHARE mode conflicts with every writer of the table, so
     no capture trigger can update a coverage row, nor a new collection or source add one,
     until this transaction ends; other readers and other fences go on."""
     if conn.dialect.name != "postgresql":
         return
-    conn.exec_driver_sql(f"LOCK TABLE {index_status.name} IN SHARE MODE")
+    conn.exec_driver_sql(f"SET LOCAL lock_timeout = {FENCE_WAIT_MS}")
+    try:
+        conn.exec_driver_sql(f"LOCK TABLE {index_status.name} IN SHARE MODE")
+    except sa.exc.OperationalError as exc:
+        if getattr(exc.orig, "sqlstate", None) == "55P03":  # lock_not_available
+            raise _FenceBusy() from exc
+        raise
+    conn.exec_driver_sql("SET LOCAL lock_timeout = 0")
 
 
 def retire_batch(
@@ -134,6 +151,19 @@ def retire_batch(
     """Move the ids no source uses from the library into the quarantine, in one transaction
     behind the fence; every other id gets its reason. ``before_move`` runs between the checks
     and the move (tests widen the window a write would have to race)."""
+    try:
+        return _retire_batch(engine, ids, actor, reason, before_move)
+    except _FenceBusy:
+        return RetireResult([], dict.fromkeys(ids, RetireRefusal.NOT_KNOWN_YET))
+
+
+def _retire_batch(
+    engine: sa.Engine,
+    ids: Sequence[str],
+    actor: str,
+    reason: str,
+    before_move: Callable[[], None] | None,
+) -> RetireResult:
     refused: dict[str, RetireRefusal] = {}
     with transaction(engine) as conn:
         _hold_every_coverage_row(conn)
