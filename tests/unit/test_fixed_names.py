@@ -90,7 +90,25 @@ FIXED_NAMES: dict[str, tuple[str, ...]] = {
         "finish_new_collection",
         "ActivationError",
     ),
-    "media_usage_worker.api": ("MediaUsage",),
+    "media_usage_worker.repository.activation": ("declare_source", "remove_declared_source"),
+    # ``record_indexed_rules`` and ``rules_current`` moved to ``repository.rules_state``.
+    "media_usage_worker.repository.rules": (
+        "record_indexed_rules",
+        "rules_current",
+        "declare_reference_path",
+        "add_media_url_prefix",
+        "read_declared_rules",
+    ),
+    "media_usage_worker.repository.host_sources": ("list_sources", "SCOPES"),
+    "media_usage_worker.domain.host_sources": ("HostSource", "SourceKind", "ColumnKind"),
+    "media_usage_worker.api": (
+        "MediaUsage",
+        "RetireResult",
+        "RestoreResult",
+        "RetireRefusal",
+        "UnusedPage",
+        "UnusedItem",
+    ),
     "media_usage_worker.tasks.binding": ("bind",),
 }
 
