@@ -46,12 +46,14 @@ def registry_row(source: HostSource) -> dict[str, Any]:
 
 
 def _from_row(row: sa.Row[Any]) -> HostSource:
+    # Checked again as it is read: its names become SQL, and anyone with write access to the
+    # database could have edited the row.
     return HostSource(
         SourceKind(row.kind),
         row.table_name,
         row.key_column,
         tuple((name, ColumnKind(kind)) for name, kind in json.loads(row.columns)),
-    )
+    ).validated()
 
 
 def find_source(conn: sa.Connection, collection_id: str) -> HostSource | None:
