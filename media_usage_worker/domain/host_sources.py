@@ -125,7 +125,7 @@ class HostSource:
     @property
     def label(self) -> str:
         """The kind a reader sees: ``settings``, ``user``, ``byline`` or ``table:<name>``."""
-        return f"table:{self.table}" if self.kind == SourceKind.TABLE else self.kind.value
+        return _label(self.kind, self.table)
 
     def fields(self, reference_paths: Iterable[tuple[str, str]] = ()) -> list[FieldDefinition]:
         """The columns as fields extraction reads, with the paths declared into them."""
@@ -193,7 +193,11 @@ def kind_label(slug: str) -> str:
     if not is_source_scope(slug):
         return SourceKind.CONTENT.value
     named = scope_table(slug)
-    return f"table:{named.table}" if named.kind == SourceKind.TABLE else named.kind.value
+    return _label(named.kind, named.table)
+
+
+def _label(kind: SourceKind, table: str) -> str:
+    return f"table:{table}" if kind == SourceKind.TABLE else kind.value
 
 
 # emdash's own tables that hold media references outside content, built in.

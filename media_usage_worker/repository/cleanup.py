@@ -49,6 +49,12 @@ m, q, s, u = media.c, quarantine.c, sources.c, occurrences.c
 _MEDIA_COLUMNS = [column.name for column in media.columns]
 
 
+# Each occurrence with the source whose current generation it is.
+_CURRENT_OCCURRENCES = occurrences.join(
+    sources, sa.and_(s.source_key == u.source_key, s.current_generation == u.generation)
+)
+
+
 def _uses(media_id: Any, *, live_only: bool = False) -> sa.Exists:
     """An occurrence of ``media_id`` in any source (``live_only``: in a source of an entry
     not in the trash). Every occurrence counts, whatever its source's variant or scope: to
@@ -58,12 +64,10 @@ def _uses(media_id: Any, *, live_only: bool = False) -> sa.Exists:
     also walk beside the library's ids (a merge anti-join) for a whole listing."""
     if not live_only:
         return sa.exists(sa.select(1).where(u.media_id == media_id))
-    joined = occurrences.join(
-        sources, sa.and_(s.source_key == u.source_key, s.current_generation == u.generation)
-    )
+
     return sa.exists(
         sa.select(1)
-        .select_from(joined)
+        .select_from(_CURRENT_OCCURRENCES)
         .where(u.media_id == media_id, s.content_deleted_at.is_(None))
     )
 
@@ -270,12 +274,10 @@ def audit_page(bind: Bind, limit: int) -> list[dict[str, Any]]:
 @functools.cache
 def _dangling_statement() -> sa.Select[Any]:
     # Current local references to an id in neither the library nor the quarantine.
-    joined = occurrences.join(
-        sources, sa.and_(s.source_key == u.source_key, s.current_generation == u.generation)
-    )
+
     return (
         sa.select(u.media_id, s.collection_slug, s.content_id, u.field_path)
-        .select_from(joined)
+        .select_from(_CURRENT_OCCURRENCES)
         .where(
             u.media_id.isnot(None),
             ~sa.exists(sa.select(1).where(m.id == u.media_id)),
