@@ -137,6 +137,11 @@ def work_list(
 @click.option("--collection", "slug", help="Collection slug (or give --collection-id).")
 @click.option("--collection-id", help="Collection id, as `work list --json` shows it.")
 @click.option("--content-id", required=True)
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Queue the entry even if nothing is known of it (no work, content or index rows).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @database_url_option
 @handle_errors
@@ -144,6 +149,7 @@ def work_retry(
     slug: str | None,
     collection_id: str | None,
     content_id: str,
+    force: bool,
     as_json: bool,
     database_url: str,
 ) -> None:
@@ -152,6 +158,7 @@ def work_retry(
 
     from media_usage_worker.domain.content_model import validate_collection_slug
     from media_usage_worker.domain.validation import collection_ulid
+    from media_usage_worker.domain.work import OperatorRetryResult
     from media_usage_worker.repository import collections, work_operator
 
     if (slug is None) == (collection_id is None):
@@ -168,9 +175,17 @@ def work_retry(
                 raise Outcome(f"collection {slug!r} not found")
             collection_id = collection.id
         assert collection_id is not None
-        result = work_operator.retry_operator_work(
-            engine, collection_id=collection_id, content_id=content_id
-        )
+        refusal = None
+        if not force:
+            refusal = work_operator.retry_refusal(
+                engine, collection_id=collection_id, content_id=content_id
+            )
+        if refusal is None:
+            result = work_operator.retry_operator_work(
+                engine, collection_id=collection_id, content_id=content_id
+            )
+        else:
+            result = OperatorRetryResult(refusal)
     payload = {
         "outcome": result.outcome,
         "changed": result.changed,
@@ -196,8 +211,8 @@ _RETRY_REFUSED = {
     RetryOutcome.LEASE_ACTIVE: "a worker holds this item until {until}; retry it if it then fails",
     RetryOutcome.COLLECTION_NOT_FOUND: "collection {collection!r} not found or capture inactive",
     RetryOutcome.CONTENT_NOT_FOUND: (
-        "collection {collection!r} has no entry {content_id!r} (no content row, no work and "
-        "nothing indexed): nothing to retry"
+        "no such entry {content_id!r} in collection {collection!r}: no content row, no work "
+        "and nothing indexed for it; add --force to queue it anyway"
     ),
     RetryOutcome.CONFLICT: "the item changed while it was being retried; run the command again",
 }

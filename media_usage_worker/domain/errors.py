@@ -118,8 +118,14 @@ class ItemsFailed(MediaUsageError):
         # The task's summary rides on the exception, so a monitor that filters by state
         # (Flower's FAILURE) still sees every outcome of the message.
         self.summary = summary
-        failed = summary.get("failed") or []
-        super().__init__(f"{(self.__doc__ or '').split(';')[0].strip()}: {failed!r}")
+        failed = summary.get("failed")
+        named = [
+            f"{item[0]}/{item[1]} ({item[2]})"
+            for item in (failed if isinstance(failed, list) else [])
+            if isinstance(item, list | tuple) and len(item) == 3
+        ]
+        shown = ", ".join(named) or "none named"
+        super().__init__(f"{(self.__doc__ or '').split(';')[0].strip()}: {shown}")
 
     def __reduce__(self) -> tuple[type[ItemsFailed], tuple[dict[str, object]]]:
         # Celery copies an exception by pickling it before it reports the failure.

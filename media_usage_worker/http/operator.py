@@ -17,6 +17,7 @@ from media_usage_worker.domain.content_model import validate_collection_slug
 from media_usage_worker.domain.cursor import decode_cursor, deletion_scope, work_scope
 from media_usage_worker.domain.errors import InvalidArgument
 from media_usage_worker.domain.vocabulary import DeletionOutcome, RetryOutcome
+from media_usage_worker.domain.work import OperatorRetryResult
 from media_usage_worker.http.bodies import json_object, page_limit
 from media_usage_worker.http.errors import ApiError
 from media_usage_worker.pipeline.deletion import delete_collection
@@ -60,14 +61,18 @@ def work_routes(engine: sa.Engine, *, operate: Sequence[Depends]) -> APIRouter:
 
     @router.post("/v1/work/retry")
     async def work_retry(request: Request) -> JSONResponse:
-        """Make an entry's work pending now: ``{"collection" | "collection_id", "content_id"}``."""
-        body = await json_object(request, {"collection", "collection_id", "content_id"})
+        """Make an entry's work pending now: ``{"collection" | "collection_id", "content_id",
+        "force"}``; an entry with no work, content or index rows needs ``"force": true``."""
+        body = await json_object(request, {"collection", "collection_id", "content_id", "force"})
         return await run_in_threadpool(_retry, body)
 
     def _retry(body: dict[str, Any]) -> JSONResponse:
         if ("collection" in body) == ("collection_id" in body):
             raise InvalidArgument('Give exactly one of "collection" and "collection_id".')
         content_id = check.named_identifier('"content_id"', body.get("content_id"))
+        force = body.get("force", False)
+        if not isinstance(force, bool):
+            raise InvalidArgument('"force" is true or false.')
         if "collection" in body:
             slug = validate_collection_slug(body["collection"])
             found = collections.find_collection(engine, slug)
@@ -76,9 +81,24 @@ def work_routes(engine: sa.Engine, *, operate: Sequence[Depends]) -> APIRouter:
             collection_id = found.id
         else:
             collection_id = check.named_identifier('"collection_id"', body["collection_id"])
-        result = work_operator.retry_operator_work(
-            engine, collection_id=collection_id, content_id=content_id
-        )
+        refusal = None
+        if not force:
+            refusal = work_operator.retry_refusal(
+                engine, collection_id=collection_id, content_id=content_id
+            )
+        if refusal == RetryOutcome.CONTENT_NOT_FOUND:
+            raise ApiError(
+                404,
+                "content_not_found",
+                f"No entry {content_id!r}: no work, no content row and nothing indexed for it. "
+                'Send "force": true to queue it anyway.',
+            )
+        if refusal is None:
+            result = work_operator.retry_operator_work(
+                engine, collection_id=collection_id, content_id=content_id
+            )
+        else:
+            result = OperatorRetryResult(refusal)
         if result.outcome != RetryOutcome.PENDING:
             status_code, code = _RETRY_STATUS[result.outcome]
             message = f"Not retried: {result.outcome}"

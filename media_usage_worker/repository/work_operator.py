@@ -21,7 +21,7 @@ from media_usage_worker.domain.work import (
     operator_order,
 )
 from media_usage_worker.repository.clock import db_now, lease_is_live
-from media_usage_worker.repository.content_tables import scope_columns
+from media_usage_worker.repository.content_tables import content_table_name, scope_columns
 from media_usage_worker.repository.db import Bind, read_transaction, transaction
 from media_usage_worker.repository.predicates import active_status_row, lease_expired, registered
 from media_usage_worker.repository.schema import collections, index_status, sources, work
@@ -106,9 +106,10 @@ def retry_operator_work(bind: Bind, *, collection_id: str, content_id: str) -> O
     if slug is None:
         return OperatorRetryResult(RetryOutcome.COLLECTION_NOT_FOUND)
 
+    # No content row is required: a retry is how an operator makes the worker reconcile an entry
+    # whose content is already gone (emdash's contract). A friendlier answer for a mistyped id
+    # belongs to the CLI and HTTP, which ask ``entry_is_known`` first.
     observed = _find_by_identity(bind, collection_id, content_id)
-    if observed is None and not _entry_is_known(bind, collection_id, slug, content_id):
-        return OperatorRetryResult(RetryOutcome.CONTENT_NOT_FOUND)
     if (
         observed is not None
         and observed.state == WorkState.PENDING
@@ -143,24 +144,48 @@ def _active_operator_collection(bind: Bind, collection_id: str) -> str | None:
     return slug
 
 
-def _entry_is_known(bind: Bind, collection_id: str, slug: str, content_id: str) -> bool:
-    """The entry has a content row, or sources in the index (an entry deleted since it was
-    indexed: a retry removes them)."""
-    entry = scope_columns(slug)
+def retry_refusal(bind: Bind, *, collection_id: str, content_id: str) -> RetryOutcome | None:
+    """Why a careful retry should not queue this entry, or ``None`` when it may.
+
+    ``collection_not_found`` when the collection is not registered with active capture;
+    ``content_not_found`` when the entry has no work row, no rows in the index and no content
+    row (most likely a mistyped id). Only the CLI and HTTP ask, before ``retry_operator_work``,
+    which itself requires none of this. The content table is read only where it exists: a
+    registered collection's table may be gone (a deletion in progress, a host that dropped it),
+    which is an answer ("not there"), not an error.
+    """
+    collection_id, content_id = check.identity(collection_id, content_id)
     with read_transaction(bind) as conn:
-        in_content = conn.execute(
-            sa.select(1).select_from(entry).where(entry.c.id == content_id).limit(1)
+        slug = conn.execute(
+            sa.select(collections.c.slug).where(
+                collections.c.id == collection_id,
+                *active_status_row(collections.c.id, collections.c.slug),
+            )
+        ).scalar_one_or_none()
+        if slug is None:
+            return RetryOutcome.COLLECTION_NOT_FOUND
+        in_work = conn.execute(
+            sa.select(1)
+            .where(w.collection_id == collection_id, w.content_id == content_id)
+            .limit(1)
         ).first()
         in_index = conn.execute(
             sa.select(1)
             .where(
-                sources.c.collection_slug == slug,
-                sources.c.content_id == content_id,
                 sources.c.collection_id == collection_id,
+                sources.c.content_id == content_id,
             )
             .limit(1)
         ).first()
-    return in_content is not None or in_index is not None
+        if in_work is not None or in_index is not None:
+            return None
+        in_content = None
+        if sa.inspect(conn).has_table(content_table_name(slug)):
+            entry = scope_columns(slug)
+            in_content = conn.execute(
+                sa.select(1).select_from(entry).where(entry.c.id == content_id).limit(1)
+            ).first()
+    return None if in_content is not None else RetryOutcome.CONTENT_NOT_FOUND
 
 
 def _find_by_identity(bind: Bind, collection_id: str, content_id: str) -> sa.Row[Any] | None:

@@ -72,7 +72,10 @@ def process_work(collection_id: Any, content_id: Any, work_version: Any) -> dict
     # The outcome is the task's result: Flower shows it from the task-succeeded event, so a
     # custom event per item would only double the event traffic. An item that failed for good
     # ends the task as a failure instead (see _reported).
-    return _reported(result.as_dict(), [result] if result.outcome == Outcome.FAILED else [])
+    if result.outcome != Outcome.FAILED:
+        return result.as_dict()
+    failed = [[result.collection_id, result.content_id, str(result.error_code)]]
+    return _reported({**result.as_dict(), "failed": failed}, failed)
 
 
 @media_usage_task(TaskName.PROCESS_BATCH)

@@ -63,7 +63,8 @@ def test_a_message_whose_item_failed_for_good_ends_as_a_task_failure(
         assert seen.wait(60)
     finally:
         task_failure.disconnect(on_failure)
-    (failure,) = failures
+    (failure,) = failures[:1]
+    assert len(failures) == 1
     assert isinstance(failure, ItemsFailed)
     assert failure.summary["failed"] == [[posts.id, "e1", "MEDIA_USAGE_PROCESSING_FAILED"]]
     assert failure.summary["outcomes"] == {"failed": 1}
@@ -72,3 +73,17 @@ def test_a_message_whose_item_failed_for_good_ends_as_a_task_failure(
     # message is an ordinary claim_lost success, not another failure.
     assert redis.Redis.from_url(broker_url).llen("media_usage") == 0
     assert process_work.apply(args=(posts.id, "e1", version)).get()["outcome"] == "claim_lost"
+
+    # A message of one item that fails for good names the item and its code too.
+    set_work(db, posts.id, "e1", state="retry", attempt_count=4, next_attempt_at=PAST)
+    seen.clear()
+    task_failure.connect(on_failure, weak=False)
+    try:
+        process_work.apply_async(args=(posts.id, "e1", version))
+        assert seen.wait(60)
+    finally:
+        task_failure.disconnect(on_failure)
+    single = failures[-1]
+    assert isinstance(single, ItemsFailed)
+    assert str(single).endswith(f": {posts.id}/e1 (MEDIA_USAGE_PROCESSING_FAILED)"), str(single)
+    assert single.summary["failed"] == [[posts.id, "e1", "MEDIA_USAGE_PROCESSING_FAILED"]]

@@ -91,9 +91,16 @@ def test_a_retry_of_an_entry_nobody_wrote_changes_nothing(site) -> None:
     assert posts is not None
     before = status_row(db, posts.id)
     ran = cli("work", "retry", "--collection", "posts", "--content-id", "does-not-exist", url=url)
-    assert ran.code == 1 and "has no entry 'does-not-exist'" in ran.errors[0], ran.err
+    assert ran.code == 1 and "no such entry 'does-not-exist'" in ran.errors[0], ran.err
+    assert "--force" in ran.errors[0]
     assert get_work(db, posts.id, "does-not-exist") is None
     assert status_row(db, posts.id) == before
+    forced = cli(
+        "work", "retry", "--collection", "posts", "--content-id", "does-not-exist", "--force",
+        url=url,
+    )  # fmt: skip
+    assert forced.code == 0 and "pending" in forced.out, forced.err
+    assert get_work(db, posts.id, "does-not-exist")["state"] == "pending"
 
 
 def test_the_python_api_refuses_a_database_that_is_not_there(tmp_path: Path) -> None:

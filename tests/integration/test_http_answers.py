@@ -109,6 +109,15 @@ def test_a_body_field_of_the_wrong_type_is_named_as_such(api: Api) -> None:
 def test_a_retry_of_an_entry_nobody_wrote_is_404(api: Api) -> None:
     reply = api.post("/v1/work/retry", {"collection": "posts", "content_id": "does-not-exist"})
     assert (reply.status, reply.json["error"]["code"]) == (404, "content_not_found")
+    assert '"force": true' in reply.json["error"]["message"]
+    bad = api.post(
+        "/v1/work/retry", {"collection": "posts", "content_id": "does-not-exist", "force": 1}
+    )
+    assert (bad.status, bad.json["error"]["message"]) == (400, '"force" is true or false.')
+    forced = api.post(
+        "/v1/work/retry", {"collection": "posts", "content_id": "does-not-exist", "force": True}
+    )
+    assert (forced.status, forced.json["outcome"], forced.json["changed"]) == (200, "pending", True)
 
 
 def test_405_names_the_allowed_methods_and_head_answers_like_get(api: Api) -> None:

@@ -14,6 +14,7 @@ from tests.support import (
     drain,
     get_work,
     insert_work,
+    mark_coverage_complete,
     status_row,
 )
 
@@ -189,12 +190,105 @@ def test_retry_creates_missing_work(repo, posts, db) -> None:
     )  # fmt: skip
 
 
-def test_retry_of_an_entry_nobody_wrote_is_refused_and_changes_nothing(repo, posts, db) -> None:
-    before = status_row(db, posts.id)
-    result = retry(repo, posts, "does-not-exist")
-    assert (result.outcome, result.changed, result.work) == ("content_not_found", False, None)
-    assert get_work(db, posts.id, "does-not-exist") is None
-    assert status_row(db, posts.id) == before
+def test_retry_creates_missing_work_without_requiring_the_content_row(repo, posts, db) -> None:
+    """emdash's contract: the retry is how an operator makes the worker reconcile an entry whose
+    content is already gone, so no content row is asked for."""
+    mark_coverage_complete(db)
+    epoch = status_row(db, posts.id)["change_epoch"]
+    result = retry(repo, posts, "never-written")
+    assert (result.outcome, result.changed) == ("pending", True)
+    assert result.work.content_id == "never-written"
+    row = get_work(db, posts.id, "never-written")
+    assert (row["state"], row["work_version"], row["change_epoch"]) == ("pending", 1, epoch + 1)
+    status = status_row(db, posts.id)
+    assert (status["status"], status["completed_at"]) == ("stale", None)
+
+
+def _drop_content_table(db) -> None:
+    with db.begin() as conn:
+        conn.execute(sa.text("DROP TABLE ec_posts"))
+
+
+def test_ported_methods_on_a_collection_whose_content_table_is_gone(repo, posts, db) -> None:
+    """A registered, active collection whose ``ec_*`` table is missing (a deletion in progress,
+    a host that dropped it): every ported method answers as documented, none reads the table."""
+    insert_work(db, posts, "kept", state="failed", attempt_count=5, last_error_code="E_X")
+    _drop_content_table(db)
+
+    created = retry(repo, posts, "e1")
+    assert (created.outcome, created.changed) == ("pending", True)
+    reopened = retry(repo, posts, "kept")
+    assert (reopened.outcome, reopened.changed) == ("pending", True)
+    assert retry(repo, posts, "e1").outcome == "pending"  # already pending: unchanged
+    page = repo.find_operator_page(collection_slug="posts")
+    assert sorted(item.content_id for item in page.items) == ["e1", "kept"]
+    due = repo.find_due_work(10)
+    assert sorted(record.content_id for record in due) == ["e1", "kept"]
+    assert repo.find_work_for_content("posts", "e1").content_id == "e1"
+
+    first, second = (next(r for r in due if r.content_id == c) for c in ("e1", "kept"))
+    lease = {"collection_id": posts.id, "lease_duration_seconds": 60}
+    claimed = repo.claim_work(content_id="e1", work_version=first.work_version, **lease)
+    held = {
+        "collection_id": posts.id,
+        "content_id": "e1",
+        "work_version": first.work_version,
+        "lease_token": claimed.lease_token,
+    }
+    assert repo.extend_lease(**held, lease_duration_seconds=60) is not None
+    assert retry(repo, posts, "e1").outcome == "lease_active"
+    assert repo.retry_work(**held, retry_delay_seconds=0, error_code="E_Y") is True
+    again = repo.claim_work(content_id="e1", work_version=first.work_version, **lease)
+    assert repo.complete_work(**{**held, "lease_token": again.lease_token}) is True
+    assert get_work(db, posts.id, "e1") is None
+
+    other = repo.claim_work(content_id="kept", work_version=second.work_version, **lease)
+    assert (
+        repo.fail_work(
+            collection_id=posts.id,
+            content_id="kept",
+            work_version=second.work_version,
+            lease_token=other.lease_token,
+            error_code="E_Z",
+        )
+        is True
+    )
+    assert get_work(db, posts.id, "kept")["state"] == "failed"
+
+
+def test_retry_after_the_collection_is_removed_creates_nothing(repo, posts, db) -> None:
+    _drop_content_table(db)
+    with db.begin() as conn:
+        conn.execute(sa.text("DELETE FROM _emdash_collections WHERE id = :id"), {"id": posts.id})
+    result = retry(repo, posts, "e1")
+    assert (result.outcome, result.changed, result.work) == ("collection_not_found", False, None)
+    assert get_work(db, posts.id, "e1") is None
+
+
+@pytest.mark.parametrize("table_left", [True, False])
+def test_retry_refusal_tells_a_mistyped_id_from_an_entry_to_reconcile(
+    repo, posts, db, table_left
+) -> None:
+    from media_usage_worker.domain.vocabulary import RetryOutcome
+
+    with db.begin() as conn:
+        conn.execute(sa.text("INSERT INTO ec_posts (id) VALUES ('written')"))
+        conn.execute(sa.text("DELETE FROM _emdash_media_usage_work"))  # its work was lost
+    insert_work(db, posts, "queued")
+    if not table_left:
+        _drop_content_table(db)
+
+    def refusal(content_id: str):
+        return work_operator.retry_refusal(db, collection_id=posts.id, content_id=content_id)
+
+    assert refusal("typo") == RetryOutcome.CONTENT_NOT_FOUND
+    assert refusal("queued") is None
+    # The written entry has no work and nothing indexed: only its content row vouches for it.
+    assert refusal("written") is (None if table_left else RetryOutcome.CONTENT_NOT_FOUND)
+    assert work_operator.retry_refusal(db, collection_id="01JUNKNOWN", content_id="queued") == (
+        RetryOutcome.COLLECTION_NOT_FOUND
+    )
+    assert get_work(db, posts.id, "typo") is None
 
 
 def test_retry_respects_a_live_lease(repo, posts, db) -> None:

@@ -166,10 +166,8 @@ def make_machine(engine: sa.Engine, collection_id: str) -> type[RuleBasedStateMa
         def operator_retry(self, entry: str) -> None:
             expected = self.model.get(entry)
             result = repo.retry_operator_work(collection_id=collection_id, content_id=entry)
-            if expected is None and entry not in self.content:
-                # No work, no content row, nothing indexed: nothing to retry.
-                assert (result.outcome, result.changed) == ("content_not_found", False)
-            elif expected is None:
+            if expected is None:
+                # Missing work is created whether or not the content row exists.
                 assert (result.outcome, result.changed) == ("pending", True)
                 self.model[entry] = Expected(version=1)
             elif expected.state == "pending":

@@ -68,3 +68,18 @@ def test_the_log_format_setting_is_checked(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setenv("MEDIA_USAGE_LOG_FORMAT", "xml")
     with pytest.raises(InvalidSetting, match="MEDIA_USAGE_LOG_FORMAT must be one of text, json"):
         settings.check_all()
+
+
+def test_a_failed_item_is_named_with_its_code_in_the_task_failure() -> None:
+    """The failure Flower shows names each item that failed for good, whether the message
+    carried one item or a batch."""
+    import pickle
+
+    from media_usage_worker.domain.errors import ItemsFailed
+
+    one = ItemsFailed({"outcome": "failed", "failed": [["01JCOLL", "e1", "MEDIA_USAGE_X"]]})
+    assert str(one) == "Work items of this message failed for good: 01JCOLL/e1 (MEDIA_USAGE_X)"
+    two = ItemsFailed({"failed": [["c", "a", "E1"], ["c", "b", "E2"]]})
+    assert str(two).endswith(": c/a (E1), c/b (E2)")
+    assert str(pickle.loads(pickle.dumps(two))) == str(two)
+    assert str(ItemsFailed({"failed": "garbage"})).endswith(": none named")
