@@ -87,9 +87,16 @@ def _expected_of_host_sources(conn: sa.Connection, urls: MediaUrls) -> set[Row]:
 
 
 def _media_urls(conn: sa.Connection) -> MediaUrls:
-    """Every prefix, and every storage key's lowest media id, read at once."""
+    """Every prefix, and every storage key's lowest media id (library or quarantine: a URL use
+    of a retired item is a use), read at once."""
     prefixes = conn.execute(sa.text("SELECT prefix FROM _media_usage_worker_media_url_prefixes"))
-    keys = conn.execute(sa.text("SELECT storage_key, MIN(id) FROM media GROUP BY storage_key"))
+    keys = conn.execute(
+        sa.text(
+            "SELECT storage_key, MIN(id) FROM (SELECT storage_key, id FROM media UNION ALL "
+            "SELECT storage_key, id FROM _media_usage_worker_quarantine) AS k "
+            "GROUP BY storage_key"
+        )
+    )
     return MediaUrls(tuple(prefixes.scalars()), dict(keys.all()).get)
 
 

@@ -84,6 +84,13 @@ class EntryTooLarge(MediaUsageError):
     """The entry exceeds this worker's per-item limits; it is not indexed (resource limit)."""
 
 
+class UnreadableValue(MediaUsageError):
+    """A media-bearing value cannot be read whole (nested past the depth bound, or not valid
+    JSON); the entry is not indexed, so coverage stays not complete and nothing is retired."""
+
+    code = RefreshCode.UNREADABLE_VALUE
+
+
 class UnsafeIdentity(InvalidArgument):
     """A collection identity that cannot be baked into trigger SQL."""
 

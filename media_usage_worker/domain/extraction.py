@@ -1,8 +1,10 @@
 """Media reference extraction (docs/design.md §10): pure functions over field definitions and data.
 
 Given an entry's field values, list every media reference it holds, with emdash's field paths,
-id rules, provider and mime normalisation, and de-duplication. Nothing here raises on odd data:
-anything that is not a well-formed reference is simply not an occurrence.
+id rules, provider and mime normalisation, and de-duplication. Odd data that can be read whole
+is simply not an occurrence; a value that cannot be read whole (nested past ``MAX_JSON_DEPTH``,
+text that claims to be JSON and is not) raises ``UnreadableValue``, so the entry fails instead of
+counting as "no reference" (docs/design.md, "Fail closed").
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, TypeGuard
 
 from media_usage_worker.domain.content_model import FieldDefinition
-from media_usage_worker.domain.errors import EntryTooLarge, FieldDiscoveryError
+from media_usage_worker.domain.errors import EntryTooLarge, FieldDiscoveryError, UnreadableValue
 from media_usage_worker.domain.reference_paths import (
     ReferencePath,
     media_file_key,
@@ -224,6 +226,40 @@ def _indexable(asset_id: str, provider: str, field_path: str) -> bool:
     )
 
 
+# How deep a media-bearing value may nest. Real content nests a few levels (Portable Text
+# blocks, a gallery's images, a settings object); past this bound a value is not read, and the
+# entry fails (``UnreadableValue``) rather than being indexed without what the depth hides.
+MAX_JSON_DEPTH = 200
+
+
+def read_json_text(value: str, *, plain_text_allowed: bool = False) -> object:
+    """Parse text that claims to be JSON; ``UnreadableValue`` when it nests past the parser's
+    own depth (Python's recursion limit), or is not JSON (unless ``plain_text_allowed``: then
+    the text itself is the value)."""
+    try:
+        return json.loads(value)
+    except RecursionError:
+        raise UnreadableValue("JSON nested past the parser's depth") from None
+    except ValueError:
+        if plain_text_allowed:
+            return value
+        raise UnreadableValue("text that starts like JSON is not valid JSON") from None
+
+
+def check_depth(value: object, where: str) -> None:
+    """``UnreadableValue`` when ``value`` nests deeper than ``MAX_JSON_DEPTH`` (walked with an
+    explicit stack: no recursion, whatever the depth)."""
+    if not isinstance(value, Mapping | list):
+        return
+    stack: list[tuple[object, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            raise UnreadableValue(f"{where} nests deeper than {MAX_JSON_DEPTH} levels")
+        children = node.values() if isinstance(node, Mapping) else node
+        stack.extend((c, depth + 1) for c in children if isinstance(c, Mapping | list))
+
+
 def _is_plain_object(value: object) -> TypeGuard[Mapping[str, Any]]:
     return isinstance(value, Mapping)
 
@@ -347,14 +383,10 @@ def _json_references(
 ) -> Iterable[Occurrence | None]:
     """Every media reference anywhere in a JSON value: media references, image values and
     media file URLs, at any depth (walked without recursion). Text that is not JSON is
-    searched as one string."""
+    searched as one string; JSON nested past the bound is unreadable (``UnreadableValue``)."""
     if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError:
-            pass
-        except RecursionError:
-            return
+        value = read_json_text(value, plain_text_allowed=True)
+        check_depth(value, field_slug)
     stack: list[tuple[str, object]] = [(field_slug, value)]
     while stack:
         path, node = stack.pop()
@@ -404,14 +436,17 @@ def extract(
 ) -> list[Occurrence]:
     """Every media occurrence in ``data``, in field then item order, de-duplicated.
 
-    ``urls`` resolves media file URLs (none resolve without it). Stops with ``EntryTooLarge``
+    ``urls`` resolves media file URLs (none resolve without it). ``UnreadableValue`` when a
+    field's value nests past ``MAX_JSON_DEPTH``. Stops with ``EntryTooLarge``
     as soon as there are more than ``max_occurrences``, so an entry of a million images costs
     a bounded list, not a million objects.
     """
     seen: set[tuple[str, str, int, str, str, str, str]] = set()
     result = []
     for field in fields:
-        for occurrence in _field_occurrences(field, data.get(field.slug), urls or NO_MEDIA_URLS):
+        value = data.get(field.slug)
+        check_depth(value, field.slug)
+        for occurrence in _field_occurrences(field, value, urls or NO_MEDIA_URLS):
             if occurrence is None:
                 continue
             key = (

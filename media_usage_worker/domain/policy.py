@@ -44,7 +44,11 @@ WORK_CODE_BY_REFRESH_CODE: Mapping[RefreshCode, ErrorCode] = {
     RefreshCode.DRAFT_REVISION_INVALID: ErrorCode.SNAPSHOT_FAILED,
     RefreshCode.GENERATION_CONFLICT: ErrorCode.GENERATION_CONFLICT,
     RefreshCode.RESOURCE_LIMIT: ErrorCode.RESOURCE_LIMIT,
+    RefreshCode.UNREADABLE_VALUE: ErrorCode.UNREADABLE_VALUE,
 }
+
+# Codes whose cause is the data itself: another attempt reads the same data and fails alike.
+_FINAL_CODES = frozenset({ErrorCode.RESOURCE_LIMIT, ErrorCode.UNREADABLE_VALUE})
 
 
 def work_error_code(refresh_code: RefreshCode) -> ErrorCode:
@@ -57,8 +61,9 @@ def retry_delay_seconds(attempt_count: int, rand: Callable[[], float] = random.r
 
 
 def is_terminal(work_code: ErrorCode, attempt_count: int) -> bool:
-    """Fail for good on a resource limit, or when this failure is the last attempt."""
-    return work_code == ErrorCode.RESOURCE_LIMIT or WORK_RETRIES.is_last(attempt_count)
+    """Fail for good on a resource limit or an unreadable value, or when this failure is the
+    last attempt."""
+    return work_code in _FINAL_CODES or WORK_RETRIES.is_last(attempt_count)
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from media_usage_worker.domain.extraction import (
     Occurrence,
     extract,
     extraction_fields,
+    read_json_text,
 )
 from media_usage_worker.domain.policy import Limits
 from media_usage_worker.domain.rules import EXTRACTION_VERSION
@@ -81,16 +82,20 @@ def _text(value: object) -> str | None:
     return value.replace("\x00", "").encode("utf-8", "replace").decode("utf-8")
 
 
-def parse_column(value: object) -> object:
-    """Object and array strings are JSON-parsed (kept as text when invalid, or nested deeper
-    than Python's recursion limit: such a field holds no reference, and the entry's other
-    fields are still indexed)."""
+def parse_column(value: object, *, plain_text_allowed: bool = False) -> object:
+    """Object and array strings are JSON-parsed. Text that starts like JSON and is not (unless
+    ``plain_text_allowed``: then it stays text), or nests past the parser's depth, cannot be
+    read whole: ``UnreadableValue``, and the entry fails (a field read as "no reference" could
+    let a used file go)."""
     if isinstance(value, str) and value[:1] in ("{", "["):
-        try:
-            return json.loads(value)
-        except (ValueError, RecursionError):
-            return value
+        return read_json_text(value, plain_text_allowed=plain_text_allowed)
     return value
+
+
+def _column_value(field: ExtractionField, value: object) -> object:
+    # A JSON column of a source beyond content may hold any text: text that is not JSON is
+    # read whole as one string (its extractor searches it), so only depth makes it unreadable.
+    return parse_column(value, plain_text_allowed=field.type == "sourceJson")
 
 
 def _title(display: Mapping[str, Any], content_slug: str | None, content_id: str) -> str:
@@ -123,7 +128,7 @@ def build_snapshots(
     if limits is not None:
         _check_entry_size(fields, row, revision, limits.max_entry_chars)
     max_occurrences = None if limits is None else limits.max_occurrences
-    columns_data = {f.slug: parse_column(row.get(f.slug)) for f in fields}
+    columns_data = {f.slug: _column_value(f, row.get(f.slug)) for f in fields}
     display = {name: row.get(name) for name in display_fields}
     base = {
         "source_type": SOURCE_TYPE,

@@ -165,6 +165,9 @@ class ErrorCode(StrEnum):
     REINDEX_REQUESTED = "MEDIA_USAGE_REINDEX_REQUESTED"
     # a collection deletion's step failed (retried, then failed for good)
     COLLECTION_DELETION_FAILED = "MEDIA_USAGE_COLLECTION_DELETION_FAILED"
+    # own: a media-bearing value could not be read whole (nested past the depth bound, or not
+    # valid JSON); the entry is not indexed, so coverage is not complete and nothing is retired
+    UNREADABLE_VALUE = "MEDIA_USAGE_UNREADABLE_VALUE"
 
 
 class RefreshCode(StrEnum):
@@ -178,3 +181,5 @@ class RefreshCode(StrEnum):
     DRAFT_REVISION_INVALID = "DRAFT_REVISION_INVALID"
     DRAFT_REVISION_MISMATCH = "DRAFT_REVISION_MISMATCH"
     INVALID_REPEATER_VALIDATION = "INVALID_REPEATER_VALIDATION"
+    # own: a media-bearing value could not be read whole (``UnreadableValue``)
+    UNREADABLE_VALUE = "MEDIA_USAGE_UNREADABLE_VALUE"

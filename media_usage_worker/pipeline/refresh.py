@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 
-from media_usage_worker.domain.errors import EntryTooLarge, FieldDiscoveryError
+from media_usage_worker.domain.errors import EntryTooLarge, FieldDiscoveryError, UnreadableValue
 from media_usage_worker.domain.extraction import MediaUrls
 from media_usage_worker.domain.policy import Limits
 from media_usage_worker.domain.refresh_plan import (
@@ -104,7 +104,7 @@ def media_urls(bind: Bind, state: CollectionState) -> MediaUrls:
     for entry in state.entries.values():
         try:
             plan_refresh(entry, state.fields, Limits(), None, urls=urls)
-        except (EntryTooLarge, FieldDiscoveryError):
+        except (EntryTooLarge, FieldDiscoveryError, UnreadableValue):
             continue
     keys.learn(projection.media_ids_by_storage_keys(bind, keys.missing))
     return urls
@@ -198,8 +198,8 @@ def _alone(
 def refresh_error(entry: ContentEntry, exc: Exception) -> RefreshCode:
     """The code of a refresh that raised. An unexpected exception's traceback is logged here;
     the one line per retry or failure, with its cause, is the caller's (``pipeline.batch``)."""
-    if isinstance(exc, FieldDiscoveryError):
-        return FieldDiscoveryError.code
+    if isinstance(exc, FieldDiscoveryError | UnreadableValue):
+        return exc.code
     if isinstance(exc, EntryTooLarge):
         return RefreshCode.RESOURCE_LIMIT
     log.error("media usage refresh of %s failed", entry, exc_info=exc)

@@ -28,7 +28,7 @@ from media_usage_worker.repository.db import Bind, read_transaction
 from media_usage_worker.repository.predicates import registered
 from media_usage_worker.repository.row_sets import RowSet
 from media_usage_worker.repository.rules import read_media_url_prefixes
-from media_usage_worker.repository.schema import media, revisions, sources
+from media_usage_worker.repository.schema import media, quarantine, revisions, sources
 
 s = sources.c
 SYSTEM_COLUMNS = (
@@ -143,13 +143,21 @@ def _observed_sources_statement(dialect: str) -> sa.Select[Any]:
 
 def media_ids_by_storage_keys(bind: Bind, storage_keys: Collection[str]) -> dict[str, str]:
     """The id of the media item whose file is each storage key, in one statement; keys no item
-    has are left out. Keys are unique in practice; where not, the lowest id is the stable pick."""
+    has are left out. Keys are unique in practice; where not, the lowest id is the stable pick.
+
+    Retired items count as well as the library's: a URL use of a retired item is a use that
+    restores it, exactly like a use by id (the clean-up's rule, docs/design.md §13)."""
     if not storage_keys:
         return {}
-    statement = (
-        sa.select(media.c.storage_key, sa.func.min(media.c.id))
-        .where(media.c.storage_key.in_(sorted(storage_keys)))
-        .group_by(media.c.storage_key)
+    wanted = sorted(storage_keys)
+    holders = sa.union_all(
+        sa.select(media.c.storage_key, media.c.id).where(media.c.storage_key.in_(wanted)),
+        sa.select(quarantine.c.storage_key, quarantine.c.id).where(
+            quarantine.c.storage_key.in_(wanted)
+        ),
+    ).subquery()
+    statement = sa.select(holders.c.storage_key, sa.func.min(holders.c.id)).group_by(
+        holders.c.storage_key
     )
     with read_transaction(bind) as conn:
         return {key: media_id for key, media_id in conn.execute(statement).all()}

@@ -1,5 +1,6 @@
-"""JSON nested past any sensible depth is data that holds no reference, never a crash: an entry's
-other fields are still indexed, and the CLI answers in one line."""
+"""JSON nested past any sensible depth is never a crash: an entry whose media-bearing value
+cannot be read whole fails alone (coverage is not complete, so nothing is retired over it), and
+the CLI answers in one line."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ from tests.support import (
     SAMPLE_FIELDS,
     active_collection,
     drain,
-    mark_coverage_complete,
     refuse_media_id,
 )
 
@@ -24,7 +24,9 @@ def _nested(depth: int, leaf: object = "m-deep") -> str:
     return "[" * depth + json.dumps(leaf) + "]" * depth
 
 
-def test_a_field_nested_10000_deep_costs_only_itself(db: sa.Engine) -> None:
+def test_a_field_nested_10000_deep_fails_its_entry_alone(db: sa.Engine) -> None:
+    """Past the depth bound a field cannot be read whole: its entry fails at once (never "no
+    reference"), costs nothing beyond itself, and the other entries are indexed."""
     active_collection(db, "posts", SAMPLE_FIELDS)
     with db.begin() as conn:
         conn.execute(
@@ -35,9 +37,14 @@ def test_a_field_nested_10000_deep_costs_only_itself(db: sa.Engine) -> None:
             sa.text("INSERT INTO ec_posts (id, hero, gallery) VALUES ('e2', 'm-hero2', :g)"),
             {"g": "[" + '{"image": ' * 5000 + '"m-x"' + "}" * 5000 + "]"},
         )
-    assert [str(r.outcome) for r in drain(db)] == ["completed", "completed"]
-    mark_coverage_complete(db)
-    assert MediaUsage(db).usage_counts(["m-hero", "m-hero2"]).counts == {"m-hero": 1, "m-hero2": 1}
+        conn.execute(sa.text("INSERT INTO ec_posts (id, hero) VALUES ('e3', 'm-hero3')"))
+    outcomes = {r.content_id: (str(r.outcome), r.error_code) for r in drain(db)}
+    assert outcomes == {
+        "e1": ("failed", "MEDIA_USAGE_UNREADABLE_VALUE"),
+        "e2": ("failed", "MEDIA_USAGE_UNREADABLE_VALUE"),
+        "e3": ("completed", None),
+    }
+    assert MediaUsage(db).coverage().status != "complete"
 
 
 def test_a_draft_nested_too_deep_is_an_invalid_draft(db: sa.Engine) -> None:

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from media_usage_worker.domain.content_model import COLLECTION_SLUG_PATTERN
-from media_usage_worker.domain.errors import InvalidSource
+from media_usage_worker.domain.errors import InvalidSource, UnreadableValue
 from media_usage_worker.domain.extraction import MediaUrls, extract, extraction_fields
 from media_usage_worker.domain.host_sources import (
     BUILT_IN,
@@ -103,8 +103,10 @@ def test_text_that_is_not_json_is_searched_as_one_string() -> None:
     menus = source(("items", ColumnKind.JSON))
     assert found(menus, {"items": "{not json"}) == set()
     assert found(menus, {"items": FILE_URL + "a.png"}) == {("items", "m-a")}
-    deep = "[" * 100_000 + "]" * 100_000  # past any parser's depth: no reference, no crash
-    assert found(menus, {"items": deep}) == set()
+    # Past any parser's depth: not readable whole, so the entry fails (never "no reference").
+    for deep in ("[" * 100_000 + "]" * 100_000, "[" * 300 + "]" * 300):
+        with pytest.raises(UnreadableValue):
+            found(menus, {"items": deep})
 
 
 def test_an_id_column_and_a_url_column() -> None:
