@@ -44,6 +44,11 @@ def rows(engine: sa.Engine, statement: str, **params: object) -> list[tuple]:
 @pytest.fixture
 def site(db: sa.Engine) -> Iterator[sa.Engine]:
     """Posts using m4 (live) and m5 (only from a trashed entry); m1..m3 used nowhere."""
+    yield cleanup_site(db)
+
+
+def cleanup_site(db: sa.Engine) -> sa.Engine:
+    """The ``site`` fixture's database, for other test modules' fixtures."""
     with db.begin() as conn:
         conn.execute(media.insert(), [
             {"id": i, "filename": f, "mime_type": t, "size": n, "storage_key": f,
@@ -57,7 +62,7 @@ def site(db: sa.Engine) -> Iterator[sa.Engine]:
     sql(db, "INSERT INTO ec_posts (id, hero) VALUES ('p1', 'm4')")
     sql(db, "INSERT INTO ec_posts (id, hero, deleted_at) VALUES ('p2', 'm5', '2026-01-01')")
     settle(db)
-    yield db
+    return db
 
 
 def listed(engine: sa.Engine, **chosen: object) -> list[str]:
