@@ -251,7 +251,7 @@ def check_depth(value: object, where: str) -> None:
     explicit stack: no recursion, whatever the depth)."""
     if not isinstance(value, Mapping | list):
         return
-    stack: list[tuple[object, int]] = [(value, 1)]
+    stack: list[tuple[Mapping[str, Any] | list[Any], int]] = [(value, 1)]
     while stack:
         node, depth = stack.pop()
         if depth > MAX_JSON_DEPTH:
