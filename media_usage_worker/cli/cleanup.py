@@ -97,12 +97,16 @@ def unused_command(
 
 
 def _report(done: list[str], refused: Mapping[str, str], verb: str, as_json: bool) -> None:
+    """Print what was done and what was refused; exit 1 when an id was refused (not
+    everything asked for happened)."""
     if as_json:
         click.echo(json.dumps({verb.replace(" ", "_"): done, "refused": dict(refused)}))
-        return
-    click.echo(f"{verb} {len(done)} item(s)")
-    for media_id, why in refused.items():
-        click.echo(f"refused {media_id}: {why}")
+    else:
+        click.echo(f"{verb} {len(done)} item(s): {' '.join(done)}" if done else f"{verb} 0 items")
+        for media_id, why in refused.items():
+            click.echo(f"refused {media_id}: {why}")
+    if refused:
+        raise Outcome(f"{len(refused)} id(s) refused")
 
 
 @click.command("retire")
@@ -110,7 +114,11 @@ def _report(done: list[str], refused: Mapping[str, str], verb: str, as_json: boo
 @click.option("--all-unused", is_flag=True, help="Every unused item (with the filters).")
 @_older_than
 @_mime
-@click.option("--dry-run", is_flag=True, help="List what would be retired; change nothing.")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Make every check of a real run and list the outcome; change nothing.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @database_url_option
 @handle_errors
@@ -119,13 +127,16 @@ def retire_command(
     dry_run: bool, as_json: bool, database_url: str,
 ) -> None:  # fmt: skip
     """Move unused media items out of the library into the quarantine, behind the write
-    fence (docs/design.md §13). Each refused id is listed with its reason."""
+    fence (docs/design.md §13). Each refused id is listed with its reason; exit 1 if any
+    was refused."""
     from media_usage_worker.pipeline.cleanup import retire, retire_all_unused
 
-    if bool(ids) == all_unused:
+    if not ids and not all_unused:
+        raise click.UsageError("Give media ids, or --all-unused.")
+    if ids and all_unused:
         raise click.UsageError("Give media ids or --all-unused, not both.")
-    if not all_unused and (older_than is not None or mime is not None or dry_run):
-        raise click.UsageError("--older-than, --mime and --dry-run go with --all-unused.")
+    if not all_unused and (older_than is not None or mime is not None):
+        raise click.UsageError("--older-than and --mime go with --all-unused.")
     chosen = _filter(older_than, mime, False)
     if ids:
         checked_ids(list(ids))
@@ -133,7 +144,7 @@ def retire_command(
         if all_unused:
             result = retire_all_unused(engine, chosen, actor=_actor(), dry_run=dry_run)
         else:
-            result = retire(engine, list(ids), actor=_actor())
+            result = retire(engine, list(ids), actor=_actor(), dry_run=dry_run)
     _report(result.retired, result.refused, "would retire" if dry_run else "retired", as_json)
 
 
@@ -143,7 +154,8 @@ def retire_command(
 @database_url_option
 @handle_errors
 def restore_command(ids: tuple[str, ...], as_json: bool, database_url: str) -> None:
-    """Put retired items back into the library exactly as they were."""
+    """Put retired items back into the library exactly as they were; exit 1 if an id was
+    refused."""
     from media_usage_worker.pipeline.cleanup import restore
 
     checked_ids(list(ids))
@@ -213,19 +225,44 @@ def _purge_target() -> PurgeTarget:
     "--retired-before",
     "days",
     type=click.IntRange(0, MAX_DAYS),
-    required=True,
     metavar="DAYS",
     help="Purge items retired more than DAYS days ago.",
 )
-@click.option("--dry-run", is_flag=True, help="List what would be purged; change nothing.")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Make every check (the sweep too) and list the outcome; change nothing.",
+)
+@click.option(
+    "--undelivered", is_flag=True, help="List the files not yet delivered, parked ones too."
+)
+@click.option("--forget", "forget_key", metavar="KEY", help="Stop trying to deliver the file KEY.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @database_url_option
 @handle_errors
-def purge_command(days: int, dry_run: bool, as_json: bool, database_url: str) -> None:  # fmt: skip
+def purge_command(
+    days: int | None, dry_run: bool, undelivered: bool, forget_key: str | None, as_json: bool,
+    database_url: str,
+) -> None:  # fmt: skip
     """Remove retired items for good and hand their files to the host: its purge task
     (MEDIA_USAGE_PURGE_TASK, sent by name with the storage keys) or deleted under
-    MEDIA_USAGE_STORAGE_DIR. Files not yet delivered are tried again first; exit 1 if any
-    is still undelivered."""
+    MEDIA_USAGE_STORAGE_DIR. Each batch is checked again behind the fence, after a final sweep
+    of every host table for the items' ids and keys; an item found anywhere is kept. Files not
+    yet delivered are tried again first; exit 1 if a file failed in this run."""
+    if sum((days is not None, undelivered, forget_key is not None)) != 1:
+        raise click.UsageError("Give one of --retired-before DAYS, --undelivered, --forget KEY.")
+    if dry_run and days is None:
+        raise click.UsageError("--dry-run goes with --retired-before.")
+    if undelivered:
+        _list_undelivered(database_url, as_json)
+    elif forget_key is not None:
+        _forget(database_url, forget_key, as_json)
+    else:
+        assert days is not None
+        _purge(database_url, days, dry_run, as_json)
+
+
+def _purge(database_url: str, days: int, dry_run: bool, as_json: bool) -> None:
     from media_usage_worker.pipeline.cleanup import purge
 
     target = _purge_target()
@@ -236,14 +273,60 @@ def purge_command(days: int, dry_run: bool, as_json: bool, database_url: str) ->
 
         send_purged_files(task, keys, queue)
 
+    def progress(table_name: str, read: int) -> None:
+        if not as_json:
+            click.echo(f"sweep: {table_name}: {read} value(s) read", err=True)
+
     with open_engine(database_url) as engine:
-        report = purge(engine, days, actor=_actor(), target=target, send=send, dry_run=dry_run)
+        report = purge(
+            engine, days, actor=_actor(), target=target, send=send, dry_run=dry_run,
+            progress=progress,
+        )  # fmt: skip
     if as_json:
         click.echo(json.dumps(asdict(report)))
     else:
         verb = "would purge" if dry_run else "purged"
         click.echo(f"{verb} {len(report.purged)} item(s); {report.delivered} file(s) delivered")
+        for media_id, kept in report.kept.items():
+            where = f" ({kept.where})" if kept.where else ""
+            click.echo(f"kept {media_id}: {kept.reason}{where}")
         for key, why in report.undelivered.items():
-            click.echo(f"undelivered {key}: {why}")
+            parked = " (parked)" if key in report.parked_now else ""
+            click.echo(f"undelivered {key}: {why}{parked}")
     if report.undelivered:
-        raise Outcome(f"{len(report.undelivered)} file(s) undelivered; they are tried again")
+        raise Outcome(f"{len(report.undelivered)} file(s) undelivered; see purge --undelivered")
+
+
+def _list_undelivered(database_url: str, as_json: bool) -> None:
+    from media_usage_worker.repository.purge import undelivered_page
+
+    with open_engine(database_url) as engine:
+        found = []
+        after = None
+        while page := undelivered_page(engine, 1000, after, parked=None):
+            found += page
+            after = (page[-1].purged_at, page[-1].media_id)
+    if as_json:
+        click.echo(json.dumps([asdict(u) for u in found]))
+        return
+    click.echo(f"{len(found)} undelivered file(s)")
+    table(
+        ["STORAGE KEY", "MEDIA ID", "PURGED", "ATTEMPTS", "PARKED", "LAST ERROR"],
+        [[u.storage_key, u.media_id, u.purged_at, u.attempt_count, u.parked_at or "",
+          u.last_error or ""] for u in found],
+    )  # fmt: skip
+
+
+def _forget(database_url: str, key: str, as_json: bool) -> None:
+    from media_usage_worker.repository.purge import forget_undelivered
+
+    if not key or "\x00" in key or len(key) > 4096:
+        raise click.BadParameter("a storage key is 1 to 4096 characters", param_hint="--forget")
+    with open_engine(database_url) as engine:
+        ids = forget_undelivered(engine, key, _actor())
+    if as_json:
+        click.echo(json.dumps({"forgotten": ids}))
+    elif ids:
+        click.echo(f"forgot the file {key!r} of {', '.join(ids)}")
+    if not ids:
+        raise Outcome(f"no undelivered file has the key {key!r}")

@@ -26,6 +26,8 @@ class RetireRefusal(StrEnum):
     NOT_KNOWN_YET = "not_known_yet"
     NOT_IN_LIBRARY = "not_in_library"
     ALREADY_RETIRED = "already_retired"
+    # another library or quarantined item names the same storage key: the file is its too
+    SHARED_FILE = "shared_file"
 
 
 class RestoreRefusal(StrEnum):
@@ -33,6 +35,18 @@ class RestoreRefusal(StrEnum):
 
     NOT_RETIRED = "not_retired"
     IN_LIBRARY = "in_library"
+    PURGED = "purged"  # removed for good by a purge: nothing left to restore
+
+
+class PurgeRefusal(StrEnum):
+    """Why a quarantined item was kept by a purge (it stays in the quarantine)."""
+
+    NOT_KNOWN_YET = "not_known_yet"  # coverage not complete, or a write waits to be indexed
+    USED = "used"
+    SHARED_FILE = "shared_file"  # another library or quarantined item names its storage key
+    MENTIONED = "mentioned"  # the final sweep found its id or key in the site's data
+    NOT_RETIRED = "not_retired"  # restored (or purged) since it was listed
+    TOO_RECENT = "too_recent"
 
 
 @dataclass(frozen=True)
@@ -112,13 +126,33 @@ def batches(ids: Sequence[str], size: int = FENCE_BATCH) -> list[list[str]]:
 
 
 def file_under(directory: Path, storage_key: object) -> Path | None:
-    """The file ``storage_key`` names under ``directory``, or ``None`` when it would be
-    anywhere else (an absolute path, ``..``, a symlink out, NUL): such a key is never
-    deleted. ``directory`` is resolved already."""
+    """The path ``storage_key`` names under ``directory``, or ``None`` when it would be
+    anywhere else (an absolute path, ``..``, a folder that is a symlink out, NUL): such a key
+    is never deleted. ``directory`` is resolved already. The last part is not followed: a
+    key that is a symlink names the link itself, never its target."""
     if not isinstance(storage_key, str) or not storage_key or "\x00" in storage_key:
         return None
     candidate = Path(storage_key)
-    if candidate.is_absolute() or ".." in candidate.parts:
+    if candidate.is_absolute() or ".." in candidate.parts or not candidate.parts:
         return None
-    resolved = (directory / candidate).resolve()
-    return resolved if resolved.is_relative_to(directory) and resolved != directory else None
+    folder = (directory / candidate).parent.resolve()
+    if not folder.is_relative_to(directory):
+        return None
+    return folder / candidate.name
+
+
+MAX_REASON = 500
+
+
+def checked_reason(reason: object) -> str:
+    """A retirement's reason: 1 to ``MAX_REASON`` characters of text."""
+    if not isinstance(reason, str) or not 0 < len(reason) <= MAX_REASON or "\x00" in reason:
+        raise InvalidArgument(f"A reason is 1 to {MAX_REASON} characters of text.")
+    return reason
+
+
+def checked_actor(actor: object) -> str:
+    """Who acts, as the audit records it: 1 to 200 characters of text."""
+    if not isinstance(actor, str) or not 0 < len(actor) <= 200 or "\x00" in actor:
+        raise InvalidArgument("An actor is 1 to 200 characters of text (who acts, for the audit).")
+    return actor

@@ -97,20 +97,25 @@ def cleanup_operator_routes(
 
     def _retire(body: dict[str, Any]) -> dict[str, Any]:
         every = body.get("all_unused", False)
-        if not isinstance(every, bool) or ("ids" in body) == every:
-            raise InvalidArgument('Give "ids" or "all_unused": true, not both.')
+        if not isinstance(every, bool):
+            raise InvalidArgument('"all_unused" is true or false.')
+        if ("ids" in body) == every:
+            raise InvalidArgument(
+                'Give "ids" or "all_unused": true, not both.'
+                if every
+                else 'Give "ids" (a list of media ids) or "all_unused": true.'
+            )
+        dry_run = body.get("dry_run", False)
+        if not isinstance(dry_run, bool):
+            raise InvalidArgument('"dry_run" is true or false.')
         if every:
-            dry_run = body.get("dry_run", False)
-            if not isinstance(dry_run, bool):
-                raise InvalidArgument('"dry_run" is true or false.')
             chosen = UnusedFilter(body.get("older_than"), body.get("mime"))
             result = cleanup.retire_all_unused(engine, chosen, actor=ACTOR, dry_run=dry_run)
-            verb = "would_retire" if dry_run else "retired"
         else:
-            if set(body) - {"ids"}:
-                raise InvalidArgument('"older_than", "mime" and "dry_run" go with "all_unused".')
-            result = cleanup.retire(engine, body["ids"], actor=ACTOR)
-            verb = "retired"
+            if set(body) - {"ids", "dry_run"}:
+                raise InvalidArgument('"older_than" and "mime" go with "all_unused".')
+            result = cleanup.retire(engine, body["ids"], actor=ACTOR, dry_run=dry_run)
+        verb = "would_retire" if dry_run else "retired"
         return {verb: result.retired, "refused": dict(result.refused)}
 
     @router.post("/v1/media/restore")

@@ -1,14 +1,13 @@
 """Clean-up statements (docs/design.md §13): list the library items no source uses, retire
-them into the quarantine under a fence, restore them, find references to no library item,
-and the audit of every operator action.
+them into the quarantine behind the fence (``repository.fence``), restore them, and find
+references to no library item. Purge statements are ``repository.purge``'s and the audit
+``repository.audit_log``'s (both names stay importable from here).
 
-The fence: a retirement is one transaction per batch that first holds the coverage table
-against every writer (PostgreSQL: ``LOCK TABLE ... IN SHARE MODE``; SQLite: its write
-transaction keeps every other writer out). A capture trigger updates its scope's coverage
-row in the writer's own transaction, so a write that committed before the fence has made
-coverage not ``complete`` (and the batch refuses with ``not_known_yet``), and a write that
-comes later waits for the batch to commit: it is a use that began after the retirement, and
-restores the item when the worker indexes it (``restore_used``).
+A retirement is one transaction per batch: the fence, the library rows locked, then the rule's
+checks (coverage complete and nothing waiting, no occurrence by id or by URL, no other row
+naming the storage key), then the move. A write that comes after the fence waits for the batch
+to commit: it is a use that began after the retirement, and restores the item when the worker
+indexes it (``restore_used``).
 """
 
 from __future__ import annotations
@@ -29,24 +28,55 @@ from media_usage_worker.domain.cleanup import (
     UnusedFilter,
     UnusedItem,
 )
-from media_usage_worker.domain.vocabulary import CoverageStatus
+from media_usage_worker.repository.audit_log import audit_page, write_audit
 from media_usage_worker.repository.clock import db_now
 from media_usage_worker.repository.db import Bind, read_transaction, transaction
-from media_usage_worker.repository.ids import new_ulid
+from media_usage_worker.repository.fence import (
+    FENCE_WAIT_MS,
+    FenceBusy,
+    hold_fence,
+    keys_named_elsewhere,
+    lock_rows,
+    settled,
+    used_ids,
+)
+from media_usage_worker.repository.purge import (
+    delivered,
+    delivery_failed,
+    purge_batch,
+    purgeable_ids,
+    undelivered,
+)
+from media_usage_worker.repository.row_mirror import mirror_library_columns, shared_columns
 from media_usage_worker.repository.schema import (
     audit,
-    index_status,
     media,
     occurrences,
     purges,
     quarantine,
     sources,
-    work,
 )
+
+__all__ = [
+    "FENCE_WAIT_MS",
+    "CleanupCounts",
+    "audit_page",
+    "cleanup_counts",
+    "dangling",
+    "delivered",
+    "delivery_failed",
+    "purge_batch",
+    "purgeable_ids",
+    "restore_batch",
+    "restore_used",
+    "retire_batch",
+    "undelivered",
+    "unused_ids",
+    "unused_items",
+]
 from media_usage_worker.repository.usage import read_coverage
 
 m, q, s, u = media.c, quarantine.c, sources.c, occurrences.c
-_MEDIA_COLUMNS = [column.name for column in media.columns]
 
 
 # Each occurrence with the source whose current generation it is.
@@ -119,45 +149,24 @@ def unused_ids(bind: Bind, chosen: UnusedFilter, after: str | None, limit: int) 
         return list(conn.execute(query).scalars())
 
 
-# How long a retirement waits for the writers in flight before it gives up the batch: while
-# it waits, PostgreSQL queues every later writer behind its lock request, so a long host
-# transaction must not turn into a stall of every write.
-FENCE_WAIT_MS = 1000
-
-
-class _FenceBusy(Exception):
-    """The fence could not be taken in time: the batch is not known yet."""
-
-
-def _hold_every_coverage_row(conn: sa.Connection) -> None:
-    """The fence (module docstring). SHARE mode conflicts with every writer of the table, so
-    no capture trigger can update a coverage row, nor a new collection or source add one,
-    until this transaction ends; other readers and other fences go on."""
-    if conn.dialect.name != "postgresql":
-        return
-    conn.exec_driver_sql(f"SET LOCAL lock_timeout = {FENCE_WAIT_MS}")
-    try:
-        conn.exec_driver_sql(f"LOCK TABLE {index_status.name} IN SHARE MODE")
-    except sa.exc.OperationalError as exc:
-        if getattr(exc.orig, "sqlstate", None) == "55P03":  # lock_not_available
-            raise _FenceBusy() from exc
-        raise
-    conn.exec_driver_sql("SET LOCAL lock_timeout = 0")
-
-
 def retire_batch(
     engine: sa.Engine,
     ids: Sequence[str],
     actor: str,
     reason: str,
     before_move: Callable[[], None] | None = None,
+    *,
+    dry_run: bool = False,
 ) -> RetireResult:
-    """Move the ids no source uses from the library into the quarantine, in one transaction
-    behind the fence; every other id gets its reason. ``before_move`` runs between the checks
-    and the move (tests widen the window a write would have to race)."""
+    """Move the ids the rule allows from the library into the quarantine, in one transaction
+    behind the fence; every other id gets its reason. ``dry_run`` applies every check and moves
+    nothing. ``before_move`` runs between the checks and the move (tests widen the window a
+    write would have to race)."""
+    if not dry_run:
+        mirror_library_columns(engine)
     try:
-        return _retire_batch(engine, ids, actor, reason, before_move)
-    except _FenceBusy:
+        return _retire_batch(engine, ids, actor, reason, before_move, dry_run)
+    except FenceBusy:
         return RetireResult([], dict.fromkeys(ids, RetireRefusal.NOT_KNOWN_YET))
 
 
@@ -167,11 +176,14 @@ def _retire_batch(
     actor: str,
     reason: str,
     before_move: Callable[[], None] | None,
+    dry_run: bool,
 ) -> RetireResult:
     refused: dict[str, RetireRefusal] = {}
     with transaction(engine) as conn:
-        _hold_every_coverage_row(conn)
-        in_library = set(conn.execute(sa.select(m.id).where(m.id.in_(ids))).scalars())
+        hold_fence(conn)
+        # Locked before anything is read of them: a host edit in flight is waited for (and
+        # kept), and a second retirement of the same ids finds them gone, not duplicated.
+        in_library = lock_rows(conn, media, ids)
         retired = set(conn.execute(sa.select(q.id).where(q.id.in_(ids))).scalars())
         for media_id in ids:
             if media_id in retired:
@@ -179,47 +191,58 @@ def _retire_batch(
             elif media_id not in in_library:
                 refused[media_id] = RetireRefusal.NOT_IN_LIBRARY
         candidates = [i for i in ids if i not in refused]
-        if candidates and not _settled(conn):
+        if candidates and not settled(conn):
             refused.update(dict.fromkeys(candidates, RetireRefusal.NOT_KNOWN_YET))
             candidates = []
-        if candidates:
-            used = set(
-                conn.execute(sa.select(m.id).where(m.id.in_(candidates), _uses(m.id))).scalars()
-            )
-            refused.update(dict.fromkeys(used, RetireRefusal.USED))
-            candidates = [i for i in candidates if i not in used]
-        if candidates:
+        refused.update(dict.fromkeys(used_ids(conn, candidates), RetireRefusal.USED))
+        candidates = [i for i in candidates if i not in refused]
+        keys = {i: in_library[i].storage_key for i in candidates}
+        shared = keys_named_elsewhere(conn, list(keys.values()), candidates)
+        refused.update({i: RetireRefusal.SHARED_FILE for i in candidates if keys[i] in shared})
+        candidates = [i for i in candidates if i not in refused]
+        if candidates and not dry_run:
             if before_move is not None:
                 before_move()
             _move(conn, media, quarantine, candidates, retired_by=actor, reason=reason)
-            _audit(conn, actor, "retire", candidates, reason)
+            write_audit(conn, actor, "retire", candidates, reason)
     return RetireResult(candidates, {i: refused[i] for i in ids if i in refused})
 
 
-def _settled(conn: sa.Connection) -> bool:
-    """Coverage is ``complete`` everywhere and no captured write waits to be indexed."""
-    if read_coverage(conn).status != CoverageStatus.COMPLETE:
-        return False
-    waiting = sa.select(1).select_from(work).where(work.c.state != "failed").limit(1)
-    return conn.execute(waiting).first() is None
-
-
 def restore_batch(engine: sa.Engine, ids: Sequence[str], actor: str) -> RestoreResult:
-    """Put quarantined items back into the library exactly as they were."""
+    """Put quarantined items back into the library exactly as they were. The quarantine rows
+    are locked first, so a restore racing a purge either wins whole (the purge finds the row
+    gone) or loses whole (the row is gone when the lock is granted)."""
     refused: dict[str, RestoreRefusal] = {}
     with transaction(engine) as conn:
-        held = set(conn.execute(sa.select(q.id).where(q.id.in_(ids))).scalars())
+        held = lock_rows(conn, quarantine, ids)
         present = set(conn.execute(sa.select(m.id).where(m.id.in_(ids))).scalars())
+        purged = _purged(conn, [i for i in ids if i not in held and i not in present])
         for media_id in ids:
             if media_id in present:
                 refused[media_id] = RestoreRefusal.IN_LIBRARY
+            elif media_id in purged:
+                refused[media_id] = RestoreRefusal.PURGED
             elif media_id not in held:
                 refused[media_id] = RestoreRefusal.NOT_RETIRED
         chosen = [i for i in ids if i not in refused]
         if chosen:
             _move(conn, quarantine, media, chosen)
-            _audit(conn, actor, "restore", chosen, None)
+            write_audit(conn, actor, "restore", chosen, None)
     return RestoreResult(chosen, {i: refused[i] for i in ids if i in refused})
+
+
+def _purged(conn: sa.Connection, ids: Sequence[str]) -> set[str]:
+    """The ids among ``ids`` that a purge removed for good (its audit names them)."""
+    a = audit.c
+    return {
+        media_id
+        for media_id in ids
+        if conn.execute(
+            sa.select(1)
+            .where(a.action == "purge", a.media_ids.contains(json.dumps(media_id), autoescape=True))
+            .limit(1)
+        ).first()
+    }
 
 
 def restore_used(conn: sa.Connection, media_ids: Sequence[str]) -> list[str]:
@@ -227,48 +250,30 @@ def restore_used(conn: sa.Connection, media_ids: Sequence[str]) -> list[str]:
     transaction now uses: a use that began after the retirement. Returns the restored ids."""
     if not media_ids:
         return []
-    found = sorted(conn.execute(sa.select(q.id).where(q.id.in_(sorted(set(media_ids))))).scalars())
+    found = sorted(lock_rows(conn, quarantine, media_ids))
     if found:
         _move(conn, quarantine, media, found)
-        _audit(conn, "worker", "restore", found, "a write uses it again")
+        write_audit(conn, "worker", "restore", found, "a write uses it again")
     return found
 
 
 def _move(
     conn: sa.Connection, source: sa.Table, target: sa.Table, ids: list[str], **extra: str
 ) -> None:
-    """Copy the rows of ``ids`` from ``source`` to ``target`` (the media columns, and the
-    quarantine's own when it is the target), then delete them from ``source``."""
-    columns: list[sa.ColumnElement[Any]] = [source.c[name] for name in _MEDIA_COLUMNS]
-    names = list(_MEDIA_COLUMNS)
+    """Copy the rows of ``ids`` from ``source`` to ``target`` (every column the library and
+    the quarantine share, the host's own included, and the quarantine's own when it is the
+    target), then delete them from ``source``."""
+    names = shared_columns(conn)
+    origin = sa.table(source.name, *(sa.column(n) for n in names))
+    columns: list[sa.ColumnElement[Any]] = [origin.c[n] for n in names]
     if target is quarantine:
         columns += [db_now().label("retired_at")]
         columns += [sa.literal(value, sa.Text).label(key) for key, value in extra.items()]
-        names += ["retired_at", *extra]
-    rows = sa.select(*columns).where(source.c.id.in_(ids))
-    conn.execute(target.insert().from_select(names, rows))
+        names = [*names, "retired_at", *extra]
+    destination = sa.table(target.name, *(sa.column(n) for n in names))
+    rows = sa.select(*columns).where(origin.c.id.in_(ids))
+    conn.execute(destination.insert().from_select(names, rows))
     conn.execute(source.delete().where(source.c.id.in_(ids)))
-
-
-def _audit(
-    conn: sa.Connection, actor: str, action: str, ids: list[str], detail: str | None
-) -> None:
-    conn.execute(
-        audit.insert().values(
-            id=new_ulid(), at=db_now(), actor=actor, action=action,
-            media_ids=json.dumps(ids), detail=detail,
-        )
-    )  # fmt: skip
-
-
-def audit_page(bind: Bind, limit: int) -> list[dict[str, Any]]:
-    """The latest operator actions, newest first."""
-    a = audit.c
-    query = sa.select(audit).order_by(a.at.desc(), a.id.desc()).limit(limit)
-    with read_transaction(bind) as conn:
-        return [
-            {**row._mapping, "media_ids": json.loads(row.media_ids)} for row in conn.execute(query)
-        ]
 
 
 @functools.cache
@@ -296,62 +301,6 @@ def dangling(bind: Bind, limit: int) -> tuple[list[tuple[str, str, str, str]], i
             sa.select(sa.func.count()).select_from(statement.order_by(None).subquery())
         ).scalar_one()
     return rows, int(total)
-
-
-def purgeable_ids(bind: Bind, older_than_days: int, limit: int) -> list[str]:
-    """Quarantined items retired more than ``older_than_days`` days ago (by the database's
-    clock), oldest first."""
-    query = (
-        sa.select(q.id)
-        .where(q.retired_at < db_now(-86_400 * older_than_days))
-        .order_by(q.retired_at, q.id)
-        .limit(limit)
-    )
-    with read_transaction(bind) as conn:
-        return list(conn.execute(query).scalars())
-
-
-def purge_batch(
-    engine: sa.Engine, ids: Sequence[str], actor: str, older_than_days: int
-) -> list[str]:
-    """Delete the items from the quarantine for good, each file's storage key left in the
-    delivery table in the same transaction; returns the ids purged (still old enough, still
-    quarantined: a restore since the listing keeps its item)."""
-    with transaction(engine) as conn:
-        due = sa.and_(q.id.in_(ids), q.retired_at < db_now(-86_400 * older_than_days))
-        conn.execute(
-            purges.insert().from_select(
-                ["media_id", "storage_key", "purged_at"],
-                sa.select(q.id, q.storage_key, db_now()).where(due),
-            )
-        )
-        gone = sorted(conn.execute(quarantine.delete().where(due).returning(q.id)).scalars())
-        if gone:
-            _audit(conn, actor, "purge", gone, None)
-    return gone
-
-
-def undelivered(bind: Bind, limit: int) -> list[tuple[str, str]]:
-    """(media id, storage key) of purged files not yet handed to the host, oldest first."""
-    p = purges.c
-    query = sa.select(p.media_id, p.storage_key).order_by(p.purged_at, p.media_id).limit(limit)
-    with read_transaction(bind) as conn:
-        return [(i, k) for i, k in conn.execute(query)]
-
-
-def delivered(bind: Bind, media_ids: Sequence[str]) -> None:
-    with transaction(bind) as conn:
-        conn.execute(purges.delete().where(purges.c.media_id.in_(media_ids)))
-
-
-def delivery_failed(bind: Bind, media_id: str, error: str) -> None:
-    p = purges.c
-    with transaction(bind) as conn:
-        conn.execute(
-            purges.update()
-            .where(p.media_id == media_id)
-            .values(attempt_count=p.attempt_count + 1, last_error=error[:500])
-        )
 
 
 @dataclass(frozen=True)

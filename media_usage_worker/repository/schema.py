@@ -576,6 +576,9 @@ quarantine = Table(
     Column("reason", Text, nullable=False),
     sa.PrimaryKeyConstraint("id", name="_media_usage_worker_quarantine_pk"),
     Index("idx__media_usage_worker_quarantine_retired", "retired_at", "id"),
+    # A URL use resolves a storage key to a retired item too, and a purge asks whether any
+    # other row names a key.
+    Index("idx__media_usage_worker_quarantine_storage_key", "storage_key"),
 )
 
 # Who retired, restored or purged what, and when: one row per action.
@@ -602,6 +605,8 @@ purges = Table(
     Column("purged_at", Text, nullable=False),
     _zero("attempt_count"),
     Column("last_error", Text),
+    # Set when the key stopped being tried (too many failures, or never deliverable).
+    Column("parked_at", Text),
 )
 
 CLEANUP_TABLES = (quarantine, audit, purges)

@@ -205,8 +205,12 @@ def test_the_command_line_lists_retires_restores_and_audits(site) -> None:
 
     dry = cli(site, "retire", "--all-unused", "--mime", "image/", "--dry-run", "--json")
     assert json.loads(dry.output) == {"would_retire": ["m1", "m3"], "refused": {}}
+    dry_ids = cli(site, "retire", "m1", "m4", "--dry-run", "--json")
+    assert json.loads(dry_ids.stdout) == {"would_retire": ["m1"], "refused": {"m4": "used"}}
+    assert dry_ids.exit_code == 1  # an id was refused: not everything asked for would happen
     done = cli(site, "retire", "m1", "m4", "--json")
-    assert json.loads(done.output) == {"retired": ["m1"], "refused": {"m4": "used"}}
+    assert json.loads(done.stdout) == {"retired": ["m1"], "refused": {"m4": "used"}}
+    assert done.exit_code == 1 and "1 id(s) refused" in done.stderr
     back = cli(site, "restore", "m1", "--json")
     assert json.loads(back.output) == {"restored": ["m1"], "refused": {}}
     audit = json.loads(cli(site, "audit", "--json").output)
@@ -214,7 +218,7 @@ def test_the_command_line_lists_retires_restores_and_audits(site) -> None:
     assert audit[0]["actor"].startswith("cli")
     assert json.loads(cli(site, "dangling", "--json").output) == {"total": 0, "references": []}
 
-    for bad in (["retire"], ["retire", "m1", "--all-unused"], ["retire", "m1", "--dry-run"],
+    for bad in (["retire"], ["retire", "m1", "--all-unused"], ["retire", "m1", "--mime", "a/"],
                 ["unused", "--older-than", "-1"], ["unused", "--json", "--csv"],
                 ["unused", "--mime", ""], ["restore"]):  # fmt: skip
         result = cli(site, *bad)
@@ -260,7 +264,10 @@ def test_over_http_with_a_real_server(site, tmp_path) -> None:
             assert line in metrics, line
         sql(site, "UPDATE _media_usage_worker_quarantine SET retired_at = '2001-01-01'")
         purged = api.post("/v1/media/purge", {"retired_before": 30})
-        assert purged.json == {"purged": ["m3"], "delivered": 1, "undelivered": {}}
+        assert purged.json == {
+            "purged": ["m3"], "delivered": 1, "undelivered": {}, "kept": {}, "parked_now": [],
+            "dry_run": False,
+        }  # fmt: skip
         assert not (storage / "c.png").exists()
         assert api.post("/v1/media/purge", {"retired_before": "30"}).status == 400
         assert api.post("/v1/media/purge", {"retired_before": 30}, token="x" * 20).status in (

@@ -1,0 +1,99 @@
+"""The clean-up's fence (docs/design.md §13): what a retirement or a purge batch takes before it
+may decide that an item is used nowhere, and the checks it makes behind it.
+
+The fence holds the coverage table against every writer (PostgreSQL: ``LOCK TABLE ... IN SHARE
+MODE``; SQLite: the batch's write transaction keeps every other writer out). A capture trigger
+updates its scope's coverage row in the writer's own transaction, so a write that committed
+before the fence has made coverage not ``complete``, and a write that comes later waits for the
+batch to commit. Every lock a batch takes waits at most ``FENCE_WAIT_MS``: a PostgreSQL lock
+request that waits queues every later writer behind it, so a batch that cannot have its locks at
+once gives up (``FenceBusy``: its items are not known yet) instead of stalling the site.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import sqlalchemy as sa
+
+from media_usage_worker.domain.vocabulary import CoverageStatus, WorkState
+from media_usage_worker.repository.schema import index_status, media, occurrences, quarantine, work
+from media_usage_worker.repository.usage import read_coverage
+
+# How long a batch waits for the writers in flight (and a host transaction holding a media
+# row) before it gives up the batch.
+FENCE_WAIT_MS = 1000
+
+_LOCK_NOT_AVAILABLE = "55P03"
+
+
+class FenceBusy(Exception):
+    """The fence or a row lock could not be taken in time: the batch is not known yet."""
+
+
+def _locking(conn: sa.Connection, statement: Any) -> Any:
+    """Run ``statement`` (which takes locks), turning a lock wait past the limit into
+    ``FenceBusy``."""
+    try:
+        return conn.execute(statement)
+    except sa.exc.OperationalError as exc:
+        if getattr(exc.orig, "sqlstate", None) == _LOCK_NOT_AVAILABLE:
+            raise FenceBusy() from exc
+        raise
+
+
+def hold_fence(conn: sa.Connection) -> None:
+    """Take the fence for the rest of ``conn``'s transaction. SHARE mode conflicts with every
+    writer of the coverage table, so no capture trigger can update a coverage row, nor a new
+    collection or source add one, until this transaction ends; readers and other fences go
+    on. The lock limit stays set for the row locks the batch takes next."""
+    if conn.dialect.name != "postgresql":
+        return
+    conn.exec_driver_sql(f"SET LOCAL lock_timeout = {FENCE_WAIT_MS}")
+    _locking(conn, sa.text(f"LOCK TABLE {index_status.name} IN SHARE MODE"))
+
+
+def lock_rows(conn: sa.Connection, table: sa.Table, ids: Sequence[str]) -> dict[str, Any]:
+    """Lock the rows of ``ids`` in ``table`` (the library or the quarantine) for this
+    transaction and read them as committed: id → row. A row another transaction holds is
+    waited for (at most the lock limit, when the fence set one); a row it deleted meanwhile is
+    not returned. SQLite's write transaction already excludes every other writer."""
+    query = sa.select(table).where(table.c.id.in_(sorted(set(ids))))
+    if conn.dialect.name == "postgresql":
+        query = query.with_for_update()
+    return {row.id: row for row in _locking(conn, query)}
+
+
+def settled(conn: sa.Connection) -> bool:
+    """Coverage is ``complete`` everywhere and no captured write waits to be indexed."""
+    if read_coverage(conn).status != CoverageStatus.COMPLETE:
+        return False
+    waiting = sa.select(1).select_from(work).where(work.c.state != WorkState.FAILED).limit(1)
+    return conn.execute(waiting).first() is None
+
+
+def used_ids(conn: sa.Connection, ids: Sequence[str]) -> set[str]:
+    """The ids among ``ids`` that some occurrence names (by id, or by a URL resolved to it)."""
+    if not ids:
+        return set()
+    u = occurrences.c
+    query = sa.select(u.media_id).where(u.media_id.in_(sorted(set(ids)))).distinct()
+    return set(conn.execute(query).scalars())
+
+
+def keys_named_elsewhere(
+    conn: sa.Connection, keys: Sequence[str], outside: Sequence[str]
+) -> set[str]:
+    """The storage keys among ``keys`` that a library or quarantined row whose id is not in
+    ``outside`` also names: the file is another item's too."""
+    if not keys:
+        return set()
+    wanted, others = sorted(set(keys)), sorted(set(outside))
+    named: set[str] = set()
+    for table in (media, quarantine):
+        query = sa.select(table.c.storage_key).where(
+            table.c.storage_key.in_(wanted), table.c.id.not_in(others)
+        )
+        named.update(conn.execute(query.distinct()).scalars())
+    return named
