@@ -9,6 +9,7 @@ counting as "no reference" (docs/design.md, "Fail closed").
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import re
@@ -20,6 +21,7 @@ from media_usage_worker.domain.content_model import FieldDefinition
 from media_usage_worker.domain.errors import EntryTooLarge, FieldDiscoveryError, UnreadableValue
 from media_usage_worker.domain.reference_paths import (
     ReferencePath,
+    embedded_media_keys,
     media_file_key,
     parse_reference_path,
 )
@@ -88,6 +90,15 @@ class MediaUrls:
         key = media_file_key(value, self.prefixes)
         return None if key is None else self.media_id_for_key(key)
 
+    def media_ids_in_text(self, text: str) -> list[str]:
+        """The media items whose file URLs appear anywhere inside ``text``."""
+        found: dict[str, None] = {}
+        for key in embedded_media_keys(text, self.prefixes):
+            media_id = self.media_id_for_key(key)
+            if media_id is not None:
+                found.setdefault(media_id)
+        return list(found)
+
 
 NO_MEDIA_URLS = MediaUrls()
 
@@ -120,14 +131,24 @@ class Occurrence:
 
 
 def extraction_fields(fields: Iterable[FieldDefinition]) -> list[ExtractionField]:
-    """The fields extraction looks at, sorted by slug."""
+    """The fields extraction looks at, sorted by slug: every field that can hold text (its
+    strings are searched for media file URLs) or media."""
     result = []
     for definition in fields:
         declared = tuple(_declared_path(p) for p in sorted(definition.reference_paths))
         subs = _image_sub_fields(definition) if definition.type == "repeater" else ()
-        if definition.type in _MEDIA_FIELD_TYPES or subs or declared:
+        if definition.type not in _NO_TEXT_FIELD_TYPES or subs or declared:
             result.append(ExtractionField(definition.slug, definition.type, subs, declared))
     return sorted(result, key=lambda f: f.slug)
+
+
+# Field types whose values hold no text, so no media URL: not read at all.
+_NO_TEXT_FIELD_TYPES = frozenset({"number", "integer", "boolean", "datetime"})
+# Field types whose text is JSON (or an image or file value, which may be a JSON object):
+# parsed before extraction. Any other field's text is searched as it is.
+STRUCTURED_FIELD_TYPES = frozenset(
+    {"image", "file", "portableText", "repeater", "json", "multiSelect", "sourceJson"}
+)
 
 
 # Field types that can hold media whatever their settings: a collection's, and the columns of
@@ -409,6 +430,35 @@ def _json_references(
             stack.extend((f"{path}[{i}]", v) for i, v in reversed(list(enumerate(node))))
 
 
+TEXT_URL = "text_url"
+
+
+def _text_urls(
+    field_slug: str, value: object, urls: MediaUrls, named: set[str | None]
+) -> list[Occurrence]:
+    """A use for each media file URL written inside any string of ``value`` (HTML, Markdown,
+    a link annotation's ``href``, prose), at the string's path; an item the field's own
+    extraction already found is not added again. Walked with an explicit stack."""
+    found: list[Occurrence] = []
+    stack: list[tuple[str, object]] = [(field_slug, value)]
+    while stack:
+        path, node = stack.pop()
+        if isinstance(node, str):
+            # Numbered from 1 within the string: a string may name several items, and index 0
+            # stays the field's own extraction's at the same path.
+            fresh = [i for i in urls.media_ids_in_text(node) if i not in named]
+            for position, media_id in enumerate(fresh, start=1):
+                named.add(media_id)
+                use = _reference(field_slug, path, TEXT_URL, None, media_id, None, None)
+                if use is not None:
+                    found.append(dataclasses.replace(use, occurrence_index=position))
+        elif _is_plain_object(node):
+            stack.extend((f"{path}.{k}", v) for k, v in reversed(list(node.items())))
+        elif isinstance(node, list):
+            stack.extend((f"{path}[{i}]", v) for i, v in reversed(list(enumerate(node))))
+    return found
+
+
 def _asset_occurrence(field_slug: str, path: str, asset: object) -> Occurrence | None:
     """A Portable Text image's ``asset`` at ``path``: ``_ref`` when it is a valid id, else
     ``id`` (the path records which key was used)."""
@@ -445,10 +495,13 @@ def extract(
     result = []
     for field in fields:
         value = data.get(field.slug)
+        if field.type == "sourceJson" and isinstance(value, str):
+            value = read_json_text(value, plain_text_allowed=True)
         check_depth(value, field.slug)
-        for occurrence in _field_occurrences(field, value, urls or NO_MEDIA_URLS):
-            if occurrence is None:
-                continue
+        found = [o for o in _field_occurrences(field, value, urls or NO_MEDIA_URLS) if o]
+        named = {o.media_id for o in found}
+        found += _text_urls(field.slug, value, urls or NO_MEDIA_URLS, named)
+        for occurrence in found:
             key = (
                 occurrence.field_slug,
                 occurrence.field_path,

@@ -15,6 +15,8 @@ Pure: parsing refuses a malformed path with one message; walking never raises on
 
 from __future__ import annotations
 
+import functools
+import html
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -133,3 +135,34 @@ def media_file_key(value: str, prefixes: tuple[str, ...]) -> str | None:
             key = unquote(re.split(r"[?#]", text[len(prefix) :], maxsplit=1)[0])
             return key if key and storable(key) else None
     return None
+
+
+# What ends a media file URL written inside text: white space, quotes, brackets and angle
+# brackets (HTML attributes, Markdown links, prose), and the query or fragment.
+_URL_END = r"[^\s\"'`<>()\[\]{}?#\\]"
+# Punctuation a sentence puts after a URL: tried both with and without it.
+_TRAILING = ".,;:!"
+
+
+@functools.lru_cache(maxsize=64)
+def _embedded_pattern(prefixes: tuple[str, ...]) -> re.Pattern[str]:
+    every = sorted({*prefixes, EMDASH_MEDIA_FILE_PATH}, key=len, reverse=True)
+    heads = "|".join(re.escape(prefix) for prefix in every if prefix)
+    return re.compile(rf"(?:{heads})({_URL_END}+)")
+
+
+def embedded_media_keys(text: str, prefixes: tuple[str, ...]) -> list[str]:
+    """Every storage key a media file URL inside ``text`` may name (HTML attributes, Markdown
+    links, link annotations, prose), each in the forms it may take (as written, URL-decoded,
+    HTML-unescaped, without a sentence's trailing punctuation): a caller keeps the forms that
+    name a media item. Cheap when no prefix occurs in the text."""
+    if EMDASH_MEDIA_FILE_PATH not in text and not any(p and p in text for p in prefixes):
+        return []
+    keys: dict[str, None] = {}
+    for match in _embedded_pattern(prefixes).finditer(text):
+        written = match.group(1)
+        for form in (written, unquote(written), html.unescape(written)):
+            for key in (form, form.rstrip(_TRAILING)):
+                if key and storable(key):
+                    keys.setdefault(key)
+    return list(keys)

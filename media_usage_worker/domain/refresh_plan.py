@@ -111,7 +111,8 @@ class StorageKeys:
 
 def columns_to_read(fields: list[FieldDefinition]) -> list[str]:
     """The content columns a refresh reads: media-bearing fields, then display fields."""
-    return [f.slug for f in extraction_fields(fields)] + _display_fields(fields)
+    read = [f.slug for f in extraction_fields(fields)]
+    return read + [name for name in _display_fields(fields) if name not in read]
 
 
 def _display_fields(fields: list[FieldDefinition]) -> list[str]:

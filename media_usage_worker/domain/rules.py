@@ -11,9 +11,11 @@ from dataclasses import dataclass
 
 # 1: emdash 0.34.0's rules. 2: images of core Portable Text gallery blocks count too.
 # 3: declared reference paths, and media file URLs resolve to their media item.
+# 4: media file URLs written inside any text (HTML, Markdown, link annotations, prose) are
+# uses; a value that cannot be read whole fails its entry.
 # Raise it with every change to what extraction finds: coverage then leaves ``complete`` and
 # reconciliation re-indexes every collection under the new rules, with no operator step.
-EXTRACTION_VERSION = 3
+EXTRACTION_VERSION = 4
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from media_usage_worker.domain import fingerprint
 from media_usage_worker.domain.content_model import FieldDefinition
 from media_usage_worker.domain.errors import EntryTooLarge
 from media_usage_worker.domain.extraction import (
+    STRUCTURED_FIELD_TYPES,
     ExtractionField,
     MediaUrls,
     Occurrence,
@@ -93,9 +94,14 @@ def parse_column(value: object, *, plain_text_allowed: bool = False) -> object:
 
 
 def _column_value(field: ExtractionField, value: object) -> object:
-    # A JSON column of a source beyond content may hold any text: text that is not JSON is
-    # read whole as one string (its extractor searches it), so only depth makes it unreadable.
-    return parse_column(value, plain_text_allowed=field.type == "sourceJson")
+    # A field of a structured type is parsed (its text must be JSON, or it is unreadable); a
+    # JSON column of a source, or a text field with declared paths, may also hold plain text,
+    # read whole as one string. Any other field's text is searched as it is.
+    if field.type in STRUCTURED_FIELD_TYPES and field.type != "sourceJson":
+        return parse_column(value)
+    if field.type == "sourceJson" or field.declared_paths:
+        return parse_column(value, plain_text_allowed=True)
+    return value
 
 
 def _title(display: Mapping[str, Any], content_slug: str | None, content_id: str) -> str:

@@ -146,6 +146,7 @@ def activate(engine: sa.Engine) -> list[str]:
             )
         for source in host_sources.all_sources(conn):
             _capture_source(conn, source)
+        triggers.install_revisions(conn)
         conn.execute(
             schema.activation.update()
             .where(
@@ -207,6 +208,7 @@ def deactivate(engine: sa.Engine) -> list[str]:
         for source in host_sources.all_sources(conn):
             if sa.inspect(conn).has_table(source.table):
                 triggers.remove_source(conn, source)
+        triggers.remove_revisions(conn)
         conn.execute(schema.work.delete())
         conn.execute(schema.reconciliations.delete())
         never = _status.status == CoverageStatus.NEVER

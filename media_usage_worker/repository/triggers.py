@@ -324,3 +324,122 @@ def install_source(conn: sa.Connection, source: HostSource) -> None:
 def remove_source(conn: sa.Connection, source: HostSource) -> None:
     """Drop every capture trigger on a source's table."""
     _drop_owned_on(conn, _checked_source(source).table)
+
+
+# --- revisions (drafts and live revisions edited in place) ------------------------------------
+# An entry's draft (and its live revision) lives in ``revisions``; a host may write it without
+# touching the entry's row. Every write to a revision is captured as a write to its entry
+# (``collection`` is the entry's collection slug, ``entry_id`` its id), while that collection
+# is registered with active capture; a revision of anything else is left alone, never refused.
+# An update that moves a revision to another entry captures both entries.
+
+REVISIONS_TABLE = "revisions"
+POSTGRES_REVISION_FUNCTION = "emdash_media_usage_capture_revision_work"
+REVISION_TRIGGERS = {suffix: f"{TRIGGER_PREFIX}revisions_{suffix}" for suffix, _, _ in EVENTS}
+
+
+def _revision_scope(s: str) -> str:
+    """The active, registered collection scope rows, with ``s`` naming the status table."""
+    return f"""{s}.adapter_id = 'content-media' AND {s}.scope_type = 'collection'
+        AND {s}.capture_state = 'active'
+        AND EXISTS (SELECT 1 FROM _emdash_collections AS c
+                    WHERE c.id = {s}.collection_id AND c.slug = {s}.scope_key)"""
+
+
+_REVISION_SCOPE = _revision_scope("s")
+
+POSTGRES_REVISION_FUNCTION_SQL = f"""
+CREATE OR REPLACE FUNCTION {POSTGRES_REVISION_FUNCTION}() RETURNS trigger
+LANGUAGE plpgsql AS $capture$
+DECLARE
+    v_slugs text[];
+    v_entries text[];
+    v_epoch bigint;
+    v_collection_id text;
+    v_now text := to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"');
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        v_slugs := ARRAY[NEW.collection]; v_entries := ARRAY[NEW.entry_id];
+    ELSIF TG_OP = 'DELETE' THEN
+        v_slugs := ARRAY[OLD.collection]; v_entries := ARRAY[OLD.entry_id];
+    ELSIF OLD.collection IS DISTINCT FROM NEW.collection
+            OR OLD.entry_id IS DISTINCT FROM NEW.entry_id THEN
+        v_slugs := ARRAY[NEW.collection, OLD.collection];
+        v_entries := ARRAY[NEW.entry_id, OLD.entry_id];
+    ELSE
+        v_slugs := ARRAY[NEW.collection]; v_entries := ARRAY[NEW.entry_id];
+    END IF;
+    FOR i IN 1 .. array_length(v_slugs, 1) LOOP
+        CONTINUE WHEN v_slugs[i] IS NULL OR v_entries[i] IS NULL;
+        UPDATE _emdash_media_usage_index_status AS s SET
+            change_epoch = s.change_epoch + 1,
+            status = CASE WHEN s.status = 'complete' THEN 'stale' ELSE s.status END,
+            completed_at = CASE WHEN s.status = 'complete' THEN NULL ELSE s.completed_at END,
+            updated_at = v_now
+        WHERE s.scope_key = v_slugs[i] AND {_REVISION_SCOPE}
+        RETURNING s.change_epoch, s.collection_id INTO v_epoch, v_collection_id;
+        CONTINUE WHEN NOT FOUND;
+        INSERT INTO _emdash_media_usage_work ({_WORK_COLUMNS})
+        VALUES (v_collection_id, v_slugs[i], v_entries[i], v_epoch, 1, 'pending', 0, v_now,
+            NULL, NULL, NULL, NULL, v_now, v_now){_WORK_CONFLICT};
+    END LOOP;
+    RETURN NULL;
+END
+$capture$
+"""
+
+
+def _sqlite_revision_trigger(name: str, event: str) -> str:
+    # SQLite allows no alias on the table a trigger's UPDATE writes: it is named in full.
+    table = "_emdash_media_usage_index_status"
+
+    def capture(row: str, when: str = "") -> str:
+        scope = f"s.scope_key = {row}.collection AND {_REVISION_SCOPE}"
+        written = f"{table}.scope_key = {row}.collection AND {_revision_scope(table)}"
+        return f"""
+    UPDATE {table} SET
+        change_epoch = change_epoch + 1,
+        status = CASE WHEN status = 'complete' THEN 'stale' ELSE status END,
+        completed_at = CASE WHEN status = 'complete' THEN NULL ELSE completed_at END,
+        updated_at = {_SQLITE_NOW}
+    WHERE {written} AND {row}.entry_id IS NOT NULL{when};
+    INSERT INTO _emdash_media_usage_work ({_WORK_COLUMNS})
+    SELECT s.collection_id, s.scope_key, {row}.entry_id, s.change_epoch, 1, 'pending', 0,
+        {_SQLITE_NOW}, NULL, NULL, NULL, NULL, {_SQLITE_NOW}, {_SQLITE_NOW}
+    FROM _emdash_media_usage_index_status AS s
+    WHERE {scope} AND {row}.entry_id IS NOT NULL{when}{_WORK_CONFLICT};"""
+
+    if event == "INSERT":
+        body = capture("NEW")
+    elif event == "DELETE":
+        body = capture("OLD")
+    else:
+        moved = " AND (OLD.collection IS NOT NEW.collection OR OLD.entry_id IS NOT NEW.entry_id)"
+        body = capture("NEW") + capture("OLD", moved)
+    return (
+        f"CREATE TRIGGER {name} AFTER {event} ON {REVISIONS_TABLE} FOR EACH ROW\nBEGIN{body}\nEND"
+    )
+
+
+def install_revisions(conn: sa.Connection) -> None:
+    """(Re)create the capture triggers of ``revisions``, where the table exists."""
+    if not sa.inspect(conn).has_table(REVISIONS_TABLE):
+        return
+    remove_revisions(conn)
+    postgres = conn.dialect.name == "postgresql"
+    if postgres:
+        conn.exec_driver_sql(POSTGRES_REVISION_FUNCTION_SQL)
+    for suffix, event, _ in EVENTS:
+        name = REVISION_TRIGGERS[suffix]
+        conn.exec_driver_sql(
+            f"CREATE TRIGGER {name} AFTER {event} ON {REVISIONS_TABLE} FOR EACH ROW "
+            f"EXECUTE FUNCTION {POSTGRES_REVISION_FUNCTION}()"
+            if postgres
+            else _sqlite_revision_trigger(name, event)
+        )
+
+
+def remove_revisions(conn: sa.Connection) -> None:
+    """Drop every capture trigger on ``revisions``."""
+    if sa.inspect(conn).has_table(REVISIONS_TABLE):
+        _drop_owned_on(conn, REVISIONS_TABLE)

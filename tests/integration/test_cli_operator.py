@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from media_usage_worker.cli import main
 from media_usage_worker.domain.content_model import FieldDefinition
+from media_usage_worker.domain.rules import EXTRACTION_VERSION
 from tests.support import active_collection, drain, examples
 
 
@@ -77,7 +78,10 @@ def test_status_json_shape(seeded) -> None:
     ]  # fmt: skip
     assert all(set(s) == set(posts) for s in data["sources"])
     # Never reconciled: indexed under no known rules yet.
-    assert posts["rules"] == {"indexed_under": None, "running": "extraction-3.rules-0"}
+    assert posts["rules"] == {
+        "indexed_under": None,
+        "running": f"extraction-{EXTRACTION_VERSION}.rules-0",
+    }
 
 
 def test_work_list_pages_and_json(seeded) -> None:

@@ -56,10 +56,15 @@ def test_fields_considered_and_sorted() -> None:
         ),
         FieldDefinition("plain", "P", "repeater"),
     ]
-    assert extraction_fields(fields) == [
+    # Every field that can hold text is read: its strings are searched for media file URLs.
+    assert extraction_fields([*fields, FieldDefinition("n", "N", "number")]) == [
         ExtractionField("a_file", "file"),
         ExtractionField("body", "portableText"),
         ExtractionField("gallery", "repeater", ("image", "thumb")),
+        ExtractionField("links", "repeater"),
+        ExtractionField("plain", "repeater"),
+        ExtractionField("tags", "json"),
+        ExtractionField("title", "string"),
         ExtractionField("z_img", "image"),
     ]
 

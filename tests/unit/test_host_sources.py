@@ -95,6 +95,7 @@ def test_a_json_column_is_searched_whole() -> None:
     assert found(menus, {"items": json.dumps(value)}) == {
         ("items.logo.mediaId", "m-logo"),
         ("items.hero", "m-hero"),
+        ("items.hero.src", "m-a"),  # a URL to another file than the value's id: a use too
         ("items.deep[0][0][0].icon", "m-b"),
     }
 

@@ -162,7 +162,7 @@ def test_declared_paths_join_the_extraction_schema_of_any_field_type() -> None:
         FieldDefinition("body", "Body", "portableText", reference_paths=(MARKETING,)),
     ]
     extracted = extraction_fields(fields)
-    assert [f.slug for f in extracted] == ["body", "settings"]
+    assert [f.slug for f in extracted] == ["body", "settings", "title"]
     assert extracted[0].schema() == {
         "slug": "body",
         "type": "portableText",

@@ -1,5 +1,7 @@
 """Clean-up safety: the quarantine's storage keys indexed (a URL use resolves to a retired
-item, and a purge asks whether another row names a key), and parked undeliverable files.
+item, and a purge asks whether another row names a key), parked undeliverable files, and the
+capture of ``revisions`` (a draft edited in place is a write to its entry) on a database whose
+capture is already active.
 
 Revision ID: 0007_cleanup_safety
 Revises: 0006_cleanup
@@ -7,6 +9,9 @@ Revises: 0006_cleanup
 
 import sqlalchemy as sa
 from alembic import op
+
+from media_usage_worker.repository import triggers
+from media_usage_worker.repository.activation import is_activation_active
 
 revision = "0007_cleanup_safety"
 down_revision = "0006_cleanup"
@@ -24,9 +29,12 @@ def upgrade() -> None:
     existing = {i["name"] for i in inspector.get_indexes("_media_usage_worker_quarantine")}
     if _INDEX not in existing:
         op.create_index(_INDEX, "_media_usage_worker_quarantine", ["storage_key"])
+    if is_activation_active(bind):
+        triggers.install_revisions(bind)
 
 
 def downgrade() -> None:
+    triggers.remove_revisions(op.get_bind())
     op.drop_index(_INDEX, table_name="_media_usage_worker_quarantine")
     with op.batch_alter_table("_media_usage_worker_purges") as batch:
         batch.drop_column("parked_at")
