@@ -40,7 +40,10 @@ def _site(bench: Bench, dialect: str, entries: int, used: int, unused: int) -> s
                 "INSERT INTO media (id, filename, mime_type, storage_key, size, created_at) "
                 "VALUES (:id, :f, 'image/png', :k, 1000, '2020-01-01 00:00:00')"
             ),
-            [{"id": f"spare-{n:06d}", "f": f"s{n}.png", "k": f"s{n}"} for n in range(unused)],
+            [
+                {"id": f"spare-{n:06d}", "f": f"s{n}.png", "k": f"spare-file-{n:06d}.png"}
+                for n in range(unused)
+            ],
         )
     mark_coverage_complete(engine)
     statistics.refresh(engine)
@@ -136,5 +139,50 @@ def run(
             f"write waited); writer commit p99 {before:.1f} ms before (n={n_before}), "
             f"{during:.1f} ms during (n={n_during}): +{during - before:.1f} ms"
         )
+        lines += _purge(bench, engine, dialect, rate, baseline)
         engine.dispose()
+    return lines
+
+
+def _purge(
+    bench: Bench, engine: sa.Engine, dialect: str, rate: float, baseline: float
+) -> list[str]:
+    """The final sweep over the whole site for every retired item, timed alone; then the purge
+    of them (sweep, fenced batches, delivery to an empty directory) beside the writer."""
+    from media_usage_worker.pipeline.purge import PurgeTarget, final_sweep, purge
+
+    with engine.begin() as conn:
+        conn.execute(sa.text("UPDATE _media_usage_worker_quarantine SET retired_at = '2001-01-01'"))
+        candidates = dict(
+            conn.execute(sa.text("SELECT id, storage_key FROM _media_usage_worker_quarantine"))
+            .all()
+        )  # fmt: skip
+    started = time.perf_counter()
+    found = final_sweep(engine, candidates)
+    sweep = time.perf_counter() - started
+    lines = [
+        f"cleanup {dialect} final sweep for {len(candidates):,} items over every host table: "
+        f"{sweep:.1f} s ({len(found):,} mentioned)"
+    ]
+    files = bench.tmp / f"purged-files-{dialect}"
+    files.mkdir(exist_ok=True)
+    target = PurgeTarget(directory=files.resolve())
+    writer = _Writer(engine, rate)
+    for thread in writer.threads:
+        thread.start()
+    baseline_start = time.monotonic()
+    time.sleep(baseline)  # the writer's baseline window, before the purge
+    purge_start = time.monotonic()
+    report = purge(engine, 0, actor="bench", target=target)
+    purge_end = time.monotonic()
+    writer.stop.set()
+    for thread in writer.threads:
+        thread.join()
+    before, n_before = writer.p99(baseline_start, purge_start)
+    during, n_during = writer.p99(purge_start, purge_end)
+    lines.append(
+        f"cleanup {dialect} purge: {len(report.purged):,} purged, {len(report.kept):,} kept, in "
+        f"{purge_end - purge_start:.1f} s; writer commit p99 {before:.1f} ms before "
+        f"(n={n_before}), {during:.1f} ms during (n={n_during}): +{during - before:.1f} ms"
+    )
     return lines

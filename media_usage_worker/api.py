@@ -35,6 +35,7 @@ from media_usage_worker.domain.cleanup import (
 from media_usage_worker.domain.cursor import SLUG_ORDER, decode_cursor, usage_scope
 from media_usage_worker.domain.errors import InvalidArgument
 from media_usage_worker.pipeline import cleanup
+from media_usage_worker.repository import cleanup as cleanup_store
 from media_usage_worker.repository import deletion as deletion_store
 from media_usage_worker.repository import status as status_store
 from media_usage_worker.repository import usage as usage_store
@@ -84,6 +85,9 @@ class StatusOverview:
     collections: list[CollectionStatus]
     deletions: list[dict[str, Any]] = field(default_factory=list)
     sources: list[CollectionStatus] = field(default_factory=list)
+    # The clean-up: items in the quarantine, purged files not yet delivered, and those of them
+    # parked (no longer tried: ``media-usage purge --undelivered``).
+    cleanup: dict[str, int] = field(default_factory=dict)
 
 
 class MediaUsage:
@@ -148,7 +152,13 @@ class MediaUsage:
         under_way = [t.shown() for t in deletion_store.standing(self._engine)]
         collections = [s for s in scopes if s.kind == "content"]
         sources = [s for s in scopes if s.kind != "content"]
-        return StatusOverview(capture, coverage, collections, under_way, sources)
+        counts = cleanup_store.cleanup_counts(self._engine)
+        cleanup = {
+            "retired": counts.retired,
+            "undelivered_files": counts.undelivered_files,
+            "parked_files": counts.parked_files,
+        }
+        return StatusOverview(capture, coverage, collections, under_way, sources, cleanup)
 
     # --- clean-up (docs/operations.md, "Cleaning up unused media") -----------------------
 

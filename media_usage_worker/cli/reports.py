@@ -60,6 +60,7 @@ def status_command(as_json: bool, check: bool, max_age: int | None, database_url
                     "collections": [asdict(d) for d in details],
                     "deletions": deletions,
                     "sources": [asdict(d) for d in sources],
+                    "cleanup": overview.cleanup,
                 },
                 indent=2,
             )
@@ -67,6 +68,12 @@ def status_command(as_json: bool, check: bool, max_age: int | None, database_url
     else:
         _print_status(capture, aggregate, details + sources)
         _print_deletions(deletions)
+        parked = overview.cleanup.get("parked_files", 0)
+        click.echo(
+            f"clean-up: {overview.cleanup.get('retired', 0)} retired item(s), "
+            f"{overview.cleanup.get('undelivered_files', 0)} undelivered file(s)"
+            + (f", {parked} parked (media-usage purge --undelivered)" if parked else "")
+        )
     problems = [] if capture == "active" else [CAPTURE_NOT_ACTIVE]
     problems += [
         p

@@ -123,6 +123,8 @@ def _cleanup_families(counts: CleanupCounts) -> list[Metric]:
          counts.restored_by_use),
         ("purged_files_undelivered", "Purged items' files not yet handed to the host.",
          counts.undelivered_files),
+        ("purged_files_parked", "Undelivered files no longer tried (purge --undelivered).",
+         counts.parked_files),
     ]  # fmt: skip
     families: list[Metric] = []
     for name, doc, value in shown:

@@ -59,6 +59,7 @@ def read_routes(index: MediaUsage, *, read: Sequence[Depends]) -> APIRouter:
             "collections": [asdict(c) for c in overview.collections],
             "deletions": overview.deletions,
             "sources": [asdict(c) for c in overview.sources],
+            "cleanup": overview.cleanup,
         }
 
     return router

@@ -309,6 +309,7 @@ class CleanupCounts:
     dangling: int
     restored_by_use: int
     undelivered_files: int
+    parked_files: int = 0
 
 
 def cleanup_counts(bind: Bind) -> CleanupCounts:
@@ -325,4 +326,7 @@ def cleanup_counts(bind: Bind) -> CleanupCounts:
                 )
             ).scalar_one(),
             conn.execute(sa.select(sa.func.count()).select_from(purges)).scalar_one(),
+            conn.execute(
+                sa.select(sa.func.count()).where(purges.c.parked_at.isnot(None))
+            ).scalar_one(),
         )
