@@ -87,7 +87,8 @@ def declare(engine: sa.Engine, path: str) -> bool:
 
 def test_a_declared_path_takes_coverage_out_of_complete_until_reindexed(db) -> None:
     pages = indexed_site(db)
-    assert count(db, "m-photo") == ("complete", 0)  # the gap the rule closes
+    assert count(db, "m-plain") == ("complete", 0)  # the gap the rule closes: a bare id
+    assert count(db, "m-photo") == ("complete", 1)  # a file's URL in any text is a use already
     before = status_row(db, pages.id)
 
     assert declare(db, MARKETING) and declare(db, FAVICON)

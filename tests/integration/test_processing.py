@@ -257,9 +257,12 @@ def test_retry_delays_follow_the_backoff(db, posts_with_media) -> None:
         "VALUES ('bad', 'posts', 'e1', '[]')",
     )
     sql(db, "INSERT INTO ec_posts (id, draft_revision_id) VALUES ('e1', 'bad')")
+    # Both writes were captured (a revision is a write to its entry): the latest version.
+    version = get_work(db, posts_with_media.id, "e1")["work_version"]
     result = process_work_item(
-        db, collection_id=posts_with_media.id, content_id="e1", work_version=1, rand=lambda: 0.0
-    )
+        db, collection_id=posts_with_media.id, content_id="e1", work_version=version,
+        rand=lambda: 0.0,
+    )  # fmt: skip
     assert result.outcome == "retry"
     with db.connect() as conn:
         seconds = conn.execute(
