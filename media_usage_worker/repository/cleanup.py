@@ -56,6 +56,7 @@ from media_usage_worker.repository.schema import (
     quarantine,
     sources,
 )
+from media_usage_worker.repository.usage import read_coverage
 
 __all__ = [
     "FENCE_WAIT_MS",
@@ -74,7 +75,6 @@ __all__ = [
     "unused_ids",
     "unused_items",
 ]
-from media_usage_worker.repository.usage import read_coverage
 
 m, q, s, u = media.c, quarantine.c, sources.c, occurrences.c
 

@@ -43,13 +43,14 @@ def transport_options() -> dict[str, object]:
 
 
 def broker_transport() -> str | None:
-    """The hardened Redis transport for Redis URLs (``tasks.transport``); kombu's otherwise."""
+    """The hardened transports: Redis (``tasks.transport``) and the server-less filesystem
+    one (``tasks.filesystem_transport``); kombu's own otherwise."""
     scheme = broker_url().split("://", 1)[0].lower()
-    return (
-        "media_usage_worker.tasks.transport:GuardedRedisTransport"
-        if scheme in {"redis", "rediss"}
-        else None
-    )
+    if scheme in {"redis", "rediss"}:
+        return "media_usage_worker.tasks.transport:GuardedRedisTransport"
+    if scheme == "filesystem":
+        return "media_usage_worker.tasks.filesystem_transport:GuardedFilesystemTransport"
+    return None
 
 
 # Never the process's current or default app: importing this project (for ``after_write``,
