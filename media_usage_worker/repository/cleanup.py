@@ -35,10 +35,8 @@ from media_usage_worker.repository.fence import (
     FENCE_WAIT_MS,
     FenceBusy,
     hold_fence,
-    keys_named_elsewhere,
     lock_rows,
-    settled,
-    used_ids,
+    refused_by_rule,
 )
 from media_usage_worker.repository.purge import (
     delivered,
@@ -190,16 +188,10 @@ def _retire_batch(
                 refused[media_id] = RetireRefusal.ALREADY_RETIRED
             elif media_id not in in_library:
                 refused[media_id] = RetireRefusal.NOT_IN_LIBRARY
+        keys = {i: in_library[i].storage_key for i in ids if i not in refused}
+        ruled = refused_by_rule(conn, keys)
+        refused.update({i: RetireRefusal(why) for i, why in ruled.items()})
         candidates = [i for i in ids if i not in refused]
-        if candidates and not settled(conn):
-            refused.update(dict.fromkeys(candidates, RetireRefusal.NOT_KNOWN_YET))
-            candidates = []
-        refused.update(dict.fromkeys(used_ids(conn, candidates), RetireRefusal.USED))
-        candidates = [i for i in candidates if i not in refused]
-        keys = {i: in_library[i].storage_key for i in candidates}
-        shared = keys_named_elsewhere(conn, list(keys.values()), candidates)
-        refused.update({i: RetireRefusal.SHARED_FILE for i in candidates if keys[i] in shared})
-        candidates = [i for i in candidates if i not in refused]
         if candidates and not dry_run:
             if before_move is not None:
                 before_move()

@@ -12,7 +12,7 @@ once gives up (``FenceBusy``: its items are not known yet) instead of stalling t
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -80,6 +80,22 @@ def used_ids(conn: sa.Connection, ids: Sequence[str]) -> set[str]:
     u = occurrences.c
     query = sa.select(u.media_id).where(u.media_id.in_(sorted(set(ids)))).distinct()
     return set(conn.execute(query).scalars())
+
+
+def refused_by_rule(conn: sa.Connection, keys: Mapping[str, str]) -> dict[str, str]:
+    """The candidates (media id → storage key) the rule refuses behind the fence, with why:
+    every one ``not_known_yet`` while coverage is not complete or a write waits; else those a
+    use names (``used``), and those whose file another item names (``shared_file``; a used
+    candidate stays in its table, so it counts as another)."""
+    if not keys:
+        return {}
+    if not settled(conn):
+        return dict.fromkeys(keys, "not_known_yet")
+    refused = dict.fromkeys(used_ids(conn, list(keys)), "used")
+    rest = [media_id for media_id in keys if media_id not in refused]
+    shared = keys_named_elsewhere(conn, [keys[i] for i in rest], rest)
+    refused.update({i: "shared_file" for i in rest if keys[i] in shared})
+    return refused
 
 
 def keys_named_elsewhere(

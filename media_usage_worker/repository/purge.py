@@ -20,14 +20,7 @@ from media_usage_worker.domain.cleanup import PurgeRefusal
 from media_usage_worker.repository.audit_log import write_audit
 from media_usage_worker.repository.clock import db_now
 from media_usage_worker.repository.db import Bind, read_transaction, transaction
-from media_usage_worker.repository.fence import (
-    FenceBusy,
-    hold_fence,
-    keys_named_elsewhere,
-    lock_rows,
-    settled,
-    used_ids,
-)
+from media_usage_worker.repository.fence import FenceBusy, hold_fence, lock_rows, refused_by_rule
 from media_usage_worker.repository.schema import purges, quarantine
 
 q, p = quarantine.c, purges.c
@@ -113,16 +106,9 @@ def _purge_batch(
                 kept[media_id] = PurgeRefusal.TOO_RECENT
             elif media_id in mentioned:
                 kept[media_id] = PurgeRefusal.MENTIONED
+        keys = {i: held[i].storage_key for i in ids if i not in kept}
+        kept.update({i: PurgeRefusal(why) for i, why in refused_by_rule(conn, keys).items()})
         chosen = [i for i in ids if i not in kept]
-        if chosen and not settled(conn):
-            kept.update(dict.fromkeys(chosen, PurgeRefusal.NOT_KNOWN_YET))
-            chosen = []
-        kept.update(dict.fromkeys(used_ids(conn, chosen), PurgeRefusal.USED))
-        chosen = [i for i in chosen if i not in kept]
-        keys = {i: held[i].storage_key for i in chosen}
-        shared = keys_named_elsewhere(conn, list(keys.values()), chosen)
-        kept.update({i: PurgeRefusal.SHARED_FILE for i in chosen if keys[i] in shared})
-        chosen = [i for i in chosen if i not in kept]
         if chosen and not dry_run:
             conn.execute(
                 purges.insert().from_select(
