@@ -7,9 +7,10 @@ or foreign ``.msg`` file in the folder does the same every time. Here:
 
 - a message is written whole or not at all: under a hidden temporary name, then renamed to its
   final name (an atomic rename in the same folder);
-- a reader claims a file by renaming it to a hidden name in the same folder (one reader wins),
-  waits for the lock kombu's own writer holds while it writes (a host that still uses plain
-  kombu), and gives an empty file a moment to be written;
+- a reader claims a file by renaming it to a hidden name in the same folder (one reader wins)
+  and waits for the lock kombu's own writer holds while it writes (a host that still uses plain
+  kombu); an empty file younger than ``EMPTY_GRACE_SECONDS`` goes back for a later look (its
+  writer may be between creating and locking it), and the reader moves on;
 - a file that still cannot be read as a message (empty, not JSON, not a kombu envelope) is
   moved aside to ``rejected/`` beside the queue folder, with one WARNING line and the dropped
   messages metric, and the loop goes on. Nothing is lost that matters: the database holds the
@@ -40,8 +41,8 @@ from media_usage_worker.tasks.envelope import check_envelope
 
 log = logging.getLogger("media_usage.messages")
 
-# How long an empty message file may be given to be written by a writer that has created it
-# but not yet locked it (kombu's own writer opens, then locks, then writes).
+# How long an empty message file is left to its writer, which may have created it but not yet
+# locked it (kombu's own writer opens, then locks, then writes); older, it is set aside.
 EMPTY_GRACE_SECONDS = 2.0
 REJECTED_FOLDER = "rejected"
 
@@ -87,14 +88,20 @@ class GuardedFilesystemChannel(filesystem.Channel):
 
     def _take(self, name: str) -> Any:
         """The message of the file ``name`` once this reader has claimed it; ``None`` when
-        another reader took it, or it could not be read (then it is set aside)."""
+        another reader took it, when it is empty but young (a writer may be between creating
+        and locking it: it goes back, for a later look), or when it could not be read (then it
+        is set aside)."""
         path = os.path.join(self.data_folder_in, name)
         claimed = os.path.join(self.data_folder_in, f".claimed-{uuid.uuid4().hex}-{name}")
         try:
             os.rename(path, claimed)
         except OSError:
             return None  # another reader claimed it first, or it is gone
-        payload = _read_whole(claimed)
+        payload, age = _read_whole(claimed)
+        if not payload and age < EMPTY_GRACE_SECONDS:
+            with contextlib.suppress(OSError):
+                os.rename(claimed, path)
+            return None
         try:
             message = loads(bytes_to_str(payload)) if payload else None
         except (ValueError, TypeError, RecursionError, UnicodeDecodeError):
@@ -116,28 +123,17 @@ class GuardedFilesystemChannel(filesystem.Channel):
             raise ChannelError(f"Cannot remove file {name!r} from the queue") from exc
 
 
-def _read_whole(path: str) -> bytes:
-    """The file's bytes once no writer holds its lock; an empty file is given
-    ``EMPTY_GRACE_SECONDS`` (from its creation) to be written."""
+def _read_whole(path: str) -> tuple[bytes, float]:
+    """The file's bytes once no writer holds its lock (kombu's own writer locks while it
+    writes), and its age in seconds."""
     try:
         with open(path, "rb") as handle:
             fcntl.flock(handle.fileno(), fcntl.LOCK_SH)  # waits for a writer in the act
             payload = handle.read()
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
-            if payload:
-                return payload
-            created = os.fstat(handle.fileno()).st_mtime
-            while time.time() - created < EMPTY_GRACE_SECONDS:
-                time.sleep(0.05)  # a bounded wait for a writer between its open and its lock
-                fcntl.flock(handle.fileno(), fcntl.LOCK_SH)
-                handle.seek(0)
-                payload = handle.read()
-                fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
-                if payload:
-                    return payload
-            return payload
+            return payload, time.time() - os.fstat(handle.fileno()).st_mtime
     except OSError:
-        return b""
+        return b"", EMPTY_GRACE_SECONDS
 
 
 class GuardedFilesystemTransport(filesystem.Transport):
