@@ -35,8 +35,8 @@ from media_usage_worker.domain.cleanup import (
 from media_usage_worker.domain.cursor import SLUG_ORDER, decode_cursor, usage_scope
 from media_usage_worker.domain.errors import InvalidArgument
 from media_usage_worker.pipeline import cleanup
-from media_usage_worker.repository import cleanup as cleanup_store
 from media_usage_worker.repository import deletion as deletion_store
+from media_usage_worker.repository import purge as purge_store
 from media_usage_worker.repository import status as status_store
 from media_usage_worker.repository import usage as usage_store
 from media_usage_worker.repository.db import read_transaction
@@ -152,12 +152,7 @@ class MediaUsage:
         under_way = [t.shown() for t in deletion_store.standing(self._engine)]
         collections = [s for s in scopes if s.kind == "content"]
         sources = [s for s in scopes if s.kind != "content"]
-        counts = cleanup_store.cleanup_counts(self._engine)
-        cleanup = {
-            "retired": counts.retired,
-            "undelivered_files": counts.undelivered_files,
-            "parked_files": counts.parked_files,
-        }
+        cleanup = purge_store.quarantine_counts(self._engine)
         return StatusOverview(capture, coverage, collections, under_way, sources, cleanup)
 
     # --- clean-up (docs/operations.md, "Cleaning up unused media") -----------------------

@@ -318,7 +318,5 @@ def cleanup_counts(bind: Bind) -> CleanupCounts:
                 )
             ).scalar_one(),
             conn.execute(sa.select(sa.func.count()).select_from(purges)).scalar_one(),
-            conn.execute(
-                sa.select(sa.func.count()).where(purges.c.parked_at.isnot(None))
-            ).scalar_one(),
+            conn.execute(sa.select(sa.func.count(purges.c.parked_at))).scalar_one(),
         )

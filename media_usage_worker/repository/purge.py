@@ -193,7 +193,16 @@ def forget_undelivered(bind: Bind, storage_key: str, actor: str) -> list[str]:
     return ids
 
 
-def parked_count(bind: Bind) -> int:
+def quarantine_counts(bind: Bind) -> dict[str, int]:
+    """What ``status`` shows of the clean-up, from three cheap counts: items in the quarantine,
+    purged files not yet delivered, and those of them parked."""
     with read_transaction(bind) as conn:
-        query = sa.select(sa.func.count()).select_from(purges).where(p.parked_at.isnot(None))
-        return int(conn.execute(query).scalar_one())
+        retired = conn.execute(sa.select(sa.func.count()).select_from(quarantine)).scalar_one()
+        undelivered, parked = conn.execute(
+            sa.select(sa.func.count(), sa.func.count(p.parked_at)).select_from(purges)
+        ).one()
+    return {
+        "retired": int(retired),
+        "undelivered_files": int(undelivered),
+        "parked_files": int(parked),
+    }

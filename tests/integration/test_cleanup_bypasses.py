@@ -333,6 +333,9 @@ def test_undeliverable_keys_are_paged_past_and_parked(library, tmp_path) -> None
     assert len(first.parked_now) == 105
     again = cleanup.purge(library, 30, actor="t", target=PurgeTarget(directory=storage))
     assert (again.undelivered, again.parked_now) == ({}, [])  # parked keys fail no later run
+    shown = MediaUsage(library).status().cleanup
+    assert shown == {"retired": 0, "undelivered_files": 105, "parked_files": 105}
+    assert store.cleanup_counts(library).parked_files == 105  # the metric's figure
 
     def down(task: str, keys: list[str]) -> None:
         raise ConnectionError("broker down")
