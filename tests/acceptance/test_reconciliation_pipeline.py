@@ -133,7 +133,8 @@ def test_a_collection_indexed_under_older_rules_is_reindexed_by_worker_and_beat(
 def test_a_rule_added_through_the_cli_is_indexed_by_worker_and_beat(
     db, processes, migrated_url
 ) -> None:
-    """A complete collection whose custom block keeps media as file URLs: an operator declares
+    """A complete collection whose custom block keeps media by bare id (a file's URL would be
+    a use wherever it is written; an id is one only where a rule says so): an operator declares
     the path with the CLI while the real worker and beat run; coverage leaves ``complete`` and
     comes back with the block's media indexed, with no other step."""
     import subprocess
@@ -151,7 +152,7 @@ def test_a_rule_added_through_the_cli_is_indexed_by_worker_and_beat(
         conn.execute(media.insert().values(
             id="m-photo", filename="photo.jpg", mime_type="image/jpeg", storage_key="photo.jpg"
         ))  # fmt: skip
-        items = [{"imageUrl": "/_emdash/api/media/file/photo.jpg"}]
+        items = [{"imageUrl": "m-photo"}]
         conn.execute(
             sa.text("INSERT INTO ec_posts (id, status, body) VALUES (:id, 'published', :body)"),
             [{"id": f"e{i}", "body": json.dumps([{"_type": "promo", "items": items}])}
