@@ -35,19 +35,31 @@ import sqlalchemy as sa
 
 from media_usage_worker.domain.cleanup import UnusedFilter
 from media_usage_worker.domain.content_model import FieldDefinition
+from media_usage_worker.domain.host_sources import ColumnKind, HostSource, SourceKind
+from media_usage_worker.domain.reference_paths import parse_reference_path
 from media_usage_worker.pipeline.cleanup import restore, retire_all_unused
 from media_usage_worker.pipeline.purge import PurgeTarget, purge
-from media_usage_worker.repository.activation import activate
+from media_usage_worker.repository.activation import (
+    activate,
+    declare_source,
+    remove_declared_source,
+)
 from media_usage_worker.repository.cleanup import dangling
 from media_usage_worker.repository.clock import db_now
 from media_usage_worker.repository.collections import create_collection
+from media_usage_worker.repository.rules import declare_reference_path, remove_reference_path
 from media_usage_worker.repository.schema import media
 from tests.index_oracle import expected_index
 from tests.processes import wait_for
 
 SEED = int(os.environ.get("MEDIA_USAGE_ADVERSARY_SEED", "20261206"))
 SECONDS = float(os.environ.get("MEDIA_USAGE_ADVERSARY_SECONDS", "15"))
-ENTRIES, SETTINGS, NOTES, LIBRARY = 16, 4, 4, 60
+ENTRIES, SETTINGS, NOTES, PEOPLE, LIBRARY = 16, 4, 4, 4, 60
+# A declared source the writers use for the whole run, and one the operator adds and removes.
+LINKS = HostSource(SourceKind.TABLE, "menu_links", "id", (("link", ColumnKind.URL),))
+SPARE = HostSource(SourceKind.TABLE, "spare_links", "id", (("link", ColumnKind.URL),))
+# A rule the operator declares and removes again: coverage leaves ``complete`` each time.
+PROMO = "body[_type=promo].items[].ref"
 FILE_URL = "/_emdash/api/media/file/"
 FIELDS = [
     FieldDefinition("hero", "Hero", "image"),
@@ -157,7 +169,19 @@ def _write(engine: sa.Engine, site: Site, stop: threading.Event) -> None:
         row, table, column = f"draft:{entry}", "revisions", "data"
         statement = "UPDATE revisions SET data = :v WHERE entry_id = :k"
         params, deep = {"v": value, "k": entry}, False
-    elif kind < 0.85:
+    elif kind < 0.75:
+        user = f"u{rng.randrange(PEOPLE)}"
+        value, uses = item, frozenset({item})
+        row, table, column = f"user:{user}", "users", "avatar_id"
+        statement = "UPDATE users SET avatar_id = :v WHERE id = :k"
+        params, deep = {"v": value, "k": user}, False
+    elif kind < 0.8:
+        link = f"k{rng.randrange(PEOPLE)}"
+        value, uses = FILE_URL + KEYS[item], _by_url(KEYS[item])
+        row, table, column = f"menu:{link}", "menu_links", "link"
+        statement = "UPDATE menu_links SET link = :v WHERE id = :k"
+        params, deep = {"v": value, "k": link}, False
+    elif kind < 0.88:
         name = f"site:s{rng.randrange(SETTINGS)}"
         value, uses = (
             (json.dumps({"logo": {"mediaId": item}}), frozenset({item}))
@@ -211,6 +235,14 @@ def _build(engine: sa.Engine, storage: Path) -> None:
         conn.execute(sa.text("CREATE TABLE host_notes (id TEXT PRIMARY KEY, body TEXT)"))
         for n in range(NOTES):
             conn.execute(sa.text("INSERT INTO host_notes VALUES (:n, '')"), {"n": f"n{n}"})
+        for n in range(PEOPLE):
+            conn.execute(sa.text("INSERT INTO users (id, email) VALUES (:u, :e)"),
+                         {"u": f"u{n}", "e": f"u{n}@example.org"})  # fmt: skip
+        for table in (LINKS.table, SPARE.table):
+            conn.execute(sa.text(f"CREATE TABLE {table} (id TEXT PRIMARY KEY, link TEXT)"))
+        for n in range(PEOPLE):
+            conn.execute(sa.text("INSERT INTO menu_links VALUES (:k, NULL)"), {"k": f"k{n}"})
+    declare_source(engine, LINKS)
     for item, key in KEYS.items():
         if key in ("link052.png", "dir054") or key.startswith(".."):
             continue
@@ -218,6 +250,18 @@ def _build(engine: sa.Engine, storage: Path) -> None:
     (storage / "link052.png").symlink_to(storage / "f053.png")
     (storage / "dir054").mkdir()
     (storage.parent / "outside055.png").write_bytes(b"outside")
+
+
+def _change_the_rules(engine: sa.Engine, rounds: int) -> None:
+    """Now and then, a rule or a source added or removed while everything else runs."""
+    if rounds % 7 == 3:
+        declare_reference_path(engine, "pages", parse_reference_path(PROMO))
+    elif rounds % 7 == 5:
+        remove_reference_path(engine, "pages", PROMO)
+    elif rounds % 11 == 4:
+        declare_source(engine, SPARE)
+    elif rounds % 11 == 8:
+        remove_declared_source(engine, SPARE.table)
 
 
 def _all_complete(engine: sa.Engine) -> bool:
@@ -279,8 +323,11 @@ def test_nothing_used_is_retired_or_purged_whatever_the_adversary_writes(
 
     def operator() -> None:
         rng = random.Random(SEED + 1)
+        rounds = 0
         while not stop.is_set():
+            rounds += 1
             try:
+                _change_the_rules(db, rounds)
                 done = retire_all_unused(db, UnusedFilter(), actor="adversary")
                 counts["retired"] += len(done.retired)
                 if done.retired and rng.random() < 0.3:
