@@ -77,6 +77,8 @@ def unused_command(
     with open_engine(database_url) as engine:
         page = unused(engine, chosen, limit=limit, cursor=cursor)
     if not page.known:
+        if as_json:  # with --json, the answer is JSON too
+            click.echo(json.dumps({"known": False, "coverage": page.coverage, "items": []}))
         raise Outcome(f"not known yet: coverage is {page.coverage}, not complete")
     if as_json:
         click.echo(json.dumps({**asdict(page), "items": [asdict(i) for i in page.items]}))
@@ -165,7 +167,8 @@ def restore_command(ids: tuple[str, ...], as_json: bool, database_url: str) -> N
 
 
 @click.command("dangling")
-@click.option("--limit", type=click.IntRange(1, 1000), default=100, show_default=True)
+# The same bounds as every other page, and as GET /v1/dangling.
+@click.option("--limit", type=click.IntRange(1, 100), default=100, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @database_url_option
 @handle_errors
@@ -283,7 +286,7 @@ def _purge(database_url: str, days: int, dry_run: bool, as_json: bool) -> None:
             progress=progress,
         )  # fmt: skip
     if as_json:
-        click.echo(json.dumps(asdict(report)))
+        click.echo(json.dumps(report.shown()))
     else:
         verb = "would purge" if dry_run else "purged"
         click.echo(f"{verb} {len(report.purged)} item(s); {report.delivered} file(s) delivered")

@@ -28,7 +28,8 @@ def serve_command(host: str, port: int, access_log: bool, database_url: str) -> 
         from media_usage_worker.http.slow_clients import protocol_with
     except ImportError as exc:  # the [api] extra is not installed
         raise BadInput(
-            f"serve needs the api extra: pip install 'media-usage-worker[api]' ({exc.name})"
+            f"serve needs the api extra ({exc.name} is missing): from a clone, "
+            "pip install -e '.[api]'"
         ) from None
     from media_usage_worker.http.settings import ApiSettings
     from media_usage_worker.repository.db import create_engine, refuse_missing_sqlite_file
@@ -45,6 +46,8 @@ def serve_command(host: str, port: int, access_log: bool, database_url: str) -> 
             f"endpoints{how} answer 403; set it to enable them.",
             err=True,
         )
+    bound = listening.getsockname()
+    click.echo(f"media-usage serve: listening on http://{_shown(bound[0])}:{bound[1]}/", err=True)
     config = uvicorn.Config(
         create_app(engine, settings),
         http=protocol_with(settings.header_timeout_seconds),
@@ -78,3 +81,8 @@ def _listen(host: str, port: int) -> socket.socket:
         raise Outcome(f"cannot listen on {host}:{port}: {exc.strerror}") from None
     listening.listen(2048)
     return listening
+
+
+def _shown(host: str) -> str:
+    """A host as a URL writes it (an IPv6 address in brackets)."""
+    return f"[{host}]" if ":" in host else host

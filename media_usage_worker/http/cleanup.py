@@ -151,6 +151,6 @@ def cleanup_operator_routes(
             send_purged_files(task, keys, settings.purge_queue)
 
         report = cleanup.purge(engine, days, actor=ACTOR, target=target, send=send, dry_run=dry_run)
-        return asdict(report)
+        return report.shown()
 
     return router

@@ -79,8 +79,12 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(HTTPException)
     async def http_error(_: Request, exc: HTTPException) -> JSONResponse:
         code = _HTTP_CODES.get(exc.status_code, "http_error")
-        # Starlette's headers (``Allow`` on a 405) are part of the answer.
+        # Starlette's headers (``Allow`` on a 405) are part of the answer; every GET route
+        # answers HEAD as well, so a 405's Allow says so.
         headers = dict(exc.headers) if exc.headers else None
+        if headers and "GET" in headers.get("Allow", "").split(", "):
+            allowed = headers["Allow"].split(", ")
+            headers["Allow"] = ", ".join(sorted({*allowed, "HEAD"}))
         return error_response(exc.status_code, code, str(exc.detail), headers)
 
     @app.exception_handler(OperationalError)

@@ -59,7 +59,8 @@ class ApiSettings:
         reads = (env.get("MEDIA_USAGE_API_PUBLIC_READS") or "").strip().lower()
         if reads not in _TRUE | _FALSE:
             raise InvalidSetting(
-                f"MEDIA_USAGE_API_PUBLIC_READS must be 1 or 0, not {reads[:40]!r}."
+                "MEDIA_USAGE_API_PUBLIC_READS must be one of "
+                f"{', '.join(sorted(_TRUE | _FALSE - {''}))} (or unset), not {reads[:40]!r}."
             )
         try:
             purge = checked_purge_target(

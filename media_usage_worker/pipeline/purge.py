@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -71,6 +71,14 @@ class PurgeReport:
     kept: dict[str, Kept] = field(default_factory=dict)
     parked_now: list[str] = field(default_factory=list)
     dry_run: bool = False
+
+    def shown(self) -> dict[str, object]:
+        """As the CLI's JSON and the HTTP answer show it: a dry run's items are
+        ``would_purge`` (as a retirement's dry run says ``would_retire``)."""
+        shown = asdict(self)
+        if self.dry_run:
+            shown["would_purge"] = shown.pop("purged")
+        return shown
 
 
 Send = Callable[[str, list[str]], None]

@@ -226,6 +226,10 @@ def test_the_command_line_lists_retires_restores_and_audits(site) -> None:
     sql(site, "INSERT INTO ec_posts (id, hero) VALUES ('p9', 'm2')")
     waiting = cli(site, "unused")
     assert waiting.exit_code == 1 and "not known yet: coverage is stale" in waiting.output
+    as_json = cli(site, "unused", "--json")  # with --json the answer is JSON, on stdout
+    assert as_json.exit_code == 1
+    assert json.loads(as_json.stdout) == {"known": False, "coverage": "stale", "items": []}
+    assert cli(site, "dangling", "--limit", "101").exit_code == 2  # as GET /v1/dangling
 
 
 def test_over_http_with_a_real_server(site, tmp_path) -> None:
@@ -303,7 +307,7 @@ def test_purge_deletes_files_under_the_storage_directory_and_nothing_outside(
     monkeypatch.delenv("MEDIA_USAGE_PURGE_TASK", raising=False)
 
     dry = cli(site, "purge", "--retired-before", "30", "--dry-run", "--json")
-    assert json.loads(dry.output)["purged"] == ["m1", "m2"]
+    assert json.loads(dry.stdout)["would_purge"] == ["m1", "m2"]
     assert (storage / "a.png").exists()
     done = cli(site, "purge", "--retired-before", "30", "--json")
     assert done.exit_code == 1  # one file could not be delivered

@@ -122,7 +122,7 @@ def test_a_retry_of_an_entry_nobody_wrote_is_404(api: Api) -> None:
 
 def test_405_names_the_allowed_methods_and_head_answers_like_get(api: Api) -> None:
     wrong = api.request("DELETE", "/v1/status")
-    assert wrong.status == 405 and wrong.headers["allow"] == "GET"
+    assert wrong.status == 405 and wrong.headers["allow"] == "GET, HEAD"  # HEAD is answered
     assert api.request("PUT", "/v1/work/retry").headers["allow"] == "POST"
     for path in ("/healthz", "/readyz", "/v1/status"):
         head, get = api.request("HEAD", path), api.get(path)
@@ -252,3 +252,7 @@ def test_a_client_that_never_finishes_its_headers_is_cut_off(
         for client in slow:
             client.close()
         assert api.get("/healthz", token=None).status == 200
+
+
+def test_serve_says_where_it_listens(api: Api) -> None:
+    assert f"media-usage serve: listening on {api.base}/" in api.log.read_text()

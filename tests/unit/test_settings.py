@@ -112,3 +112,16 @@ def test_the_servers_purge_target_is_checked_when_it_starts(tmp_path) -> None:
     ):
         with pytest.raises(InvalidSetting):
             ApiSettings.from_env({**base, **bad})
+
+
+def test_public_reads_names_every_value_it_takes() -> None:
+    from media_usage_worker.http.settings import ApiSettings
+
+    base = {"MEDIA_USAGE_API_TOKEN": "0123456789abcdef0123"}
+    for taken in ("yes", "true", "1", "no", "0", "false"):
+        ApiSettings.from_env({**base, "MEDIA_USAGE_API_PUBLIC_READS": taken})
+    with pytest.raises(InvalidSetting) as refused:
+        ApiSettings.from_env({**base, "MEDIA_USAGE_API_PUBLIC_READS": "off"})
+    message = str(refused.value)
+    assert all(word in message for word in ("yes", "no", "true", "false", "1", "0")), message
+    assert "'off'" in message
