@@ -267,6 +267,8 @@ def test_over_http_with_a_real_server(site, tmp_path) -> None:
                      'media_usage_coverage_complete{collection="settings"} 1.0'):  # fmt: skip
             assert line in metrics, line
         sql(site, "UPDATE _media_usage_worker_quarantine SET retired_at = '2001-01-01'")
+        dry = api.post("/v1/media/purge", {"retired_before": 30, "dry_run": True}).json
+        assert (dry["would_purge"], dry["dry_run"]) == (["m3"], True)
         purged = api.post("/v1/media/purge", {"retired_before": 30})
         assert purged.json == {
             "purged": ["m3"], "delivered": 1, "undelivered": {}, "kept": {}, "parked_now": [],
