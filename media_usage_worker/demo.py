@@ -56,6 +56,15 @@ class DemoSummary:
     sources: dict[str, str] = field(default_factory=dict)
     source_rows_indexed: int = 0
 
+    def environment(self) -> dict[str, str]:
+        """The settings that point the CLI, a worker or beat at this demo's database and
+        broker: what a user pastes into a shell to go on with it."""
+        return {
+            "MEDIA_USAGE_DATABASE_URL": f"sqlite:///{self.directory / 'demo.db'}",
+            "MEDIA_USAGE_BROKER_URL": "filesystem://",
+            "MEDIA_USAGE_BROKER_FOLDER": str(self.directory / "broker"),
+        }
+
 
 def run_demo(
     directory: Path,

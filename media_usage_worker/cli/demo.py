@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from dataclasses import asdict
 from pathlib import Path
 
@@ -39,22 +40,30 @@ def demo_command(
     echo = (lambda line: click.echo(line, err=True)) if as_json else click.echo
     echo(f"media-usage demo: {entries} entries, {workers} worker processes, in {directory}")
     summary = run_demo(directory, entries, workers=workers, timeout=timeout, echo=echo)
+    environment = summary.environment()
     if as_json:
-        click.echo(json.dumps({**asdict(summary), "directory": str(summary.directory)}))
+        shown = {**asdict(summary), "directory": str(summary.directory)}
+        click.echo(json.dumps({**shown, "environment": environment}))
     else:
-        click.echo(f"entries written      {summary.entries_written}")
-        click.echo(f"entries indexed      {summary.entries_indexed}")
-        click.echo(f"references found     {summary.references}")
-        for slug, coverage in summary.coverage.items():
-            click.echo(f"coverage {slug:<12}{coverage}")
-        click.echo(f"site rows indexed    {summary.source_rows_indexed}")
-        for kind, coverage in summary.sources.items():
-            click.echo(f"coverage {kind:<12}{coverage}")
         rate = summary.items_per_second
-        shown = rate if rate is not None else "not measured: the run did not finish"
-        click.echo(f"items/s              {shown}")
-        click.echo(f"elapsed              {summary.elapsed_seconds} s")
-        click.echo(f"database             {summary.directory / 'demo.db'}")
+        lines = [
+            ("entries written", summary.entries_written),
+            ("entries indexed", summary.entries_indexed),
+            ("references found", summary.references),
+            *((f"coverage of {slug}", c) for slug, c in summary.coverage.items()),
+            # Rows beyond content: settings keys, users, bylines, the declared menu table.
+            ("settings, avatar and menu rows indexed", summary.source_rows_indexed),
+            *((f"coverage of {kind}", c) for kind, c in summary.sources.items()),
+            ("items/s", rate if rate is not None else "not measured: the run did not finish"),
+            ("elapsed", f"{summary.elapsed_seconds} s"),
+            ("database", summary.directory / "demo.db"),
+        ]
+        width = max(len(label) for label, _ in lines) + 2
+        for label, value in lines:
+            click.echo(f"{label:<{width}}{value}")
+        click.echo("\nTo use the CLI, a worker or beat on this demo, set in your shell:")
+        for name, value in environment.items():
+            click.echo(f"  export {name}={shlex.quote(value)}")
     if not summary.finished:
         raise Outcome(
             f"the pipeline did not finish within {timeout:g} s ({summary.work_left} items "

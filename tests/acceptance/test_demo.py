@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -39,6 +40,20 @@ def test_the_demo_indexes_every_entry_and_reports_it(tmp_path: Path) -> None:
     assert summary["source_rows_indexed"] == 7
     assert summary["items_per_second"] > 0 and summary["elapsed_seconds"] > 0
     assert "items/s" in done.stderr  # progress went to stderr next to the JSON summary
+    # The settings to go on with the demo's database: the CLI answers with them alone.
+    environment = summary["environment"]
+    assert environment == {
+        "MEDIA_USAGE_DATABASE_URL": f"sqlite:///{directory / 'demo.db'}",
+        "MEDIA_USAGE_BROKER_URL": "filesystem://",
+        "MEDIA_USAGE_BROKER_FOLDER": str(directory / "broker"),
+    }
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("MEDIA_USAGE_")}
+    status = subprocess.run(
+        [sys.executable, "-m", "media_usage_worker", "status", "--json"],
+        cwd=tmp_path, env={**clean, **environment}, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert status.returncode == 0, status.stderr
+    assert json.loads(status.stdout)["coverage"] == "complete"
 
     # Stopped by Celery's warm shutdown: no pool child reported killed under its parent.
     assert "exited with signal" not in (directory / "worker.log").read_text()
