@@ -122,13 +122,14 @@ def sources_list(as_json: bool, database_url: str) -> None:
         [
             source.label,
             source.key_column,
-            ", ".join(f"{name}={kind.value}" for name, kind in source.columns)
-            + "".join(f" {path}" for path in paths),
+            ", ".join(f"{name}={kind.value}" for name, kind in source.columns),
+            ", ".join(paths) or "-",
             coverage or "-",
         ]
-        for source, coverage, paths in listed
+        # Sorted by what the first column shows.
+        for source, coverage, paths in sorted(listed, key=lambda listed: listed[0].label)
     ]
-    table(["KIND", "KEY", "COLUMNS", "COVERAGE"], rows)
+    table(["KIND", "KEY", "COLUMNS", "PATHS", "COVERAGE"], rows)
 
 
 @sources.command("reindex")

@@ -103,7 +103,12 @@ class HostSource:
             checked_identifier(name, "Column")
             if not isinstance(kind, ColumnKind):
                 raise InvalidSource(f"Column {name!r} has no known kind.")
-            if name == self.key_column or name in seen:
+            if name == self.key_column:
+                raise InvalidSource(
+                    f"Column {name!r} is the key (--key): a source's key names its rows; "
+                    "media go in other columns."
+                )
+            if name in seen:
                 raise InvalidSource(f"Column {name!r} is named twice.")
             if name in STANDARD_CONTENT_COLUMNS:
                 # Read as a content table, a source's row has these columns empty.

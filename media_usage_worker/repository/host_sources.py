@@ -88,8 +88,10 @@ def check_against_catalog(conn: sa.Connection, source: HostSource) -> None:
     key = columns[source.key_column]
     type_name = str(key["type"]).split("(")[0].upper()
     if type_name not in _TEXT_TYPES:
+        # SQLite lets a column have no declared type at all (reflected as NULL).
+        shown = "declared with no type" if type_name in ("NULL", "") else f"of type {type_name}"
         raise InvalidSource(
-            f"Key column {source.key_column!r} of {source.table!r} is {type_name}, not text: "
+            f"Key column {source.key_column!r} of {source.table!r} is {shown}, not text: "
             "a source's rows are named by a text key."
         )
     primary = inspector.get_pk_constraint(source.table).get("constrained_columns") or []

@@ -254,6 +254,13 @@ def test_removing_a_declared_source_leaves_nothing_of_it(site) -> None:
             ["--column", "items=json"],
             "not text",
         ),
+        (
+            f"CREATE TABLE {MENU} (id INTEGER PRIMARY KEY, items TEXT)",
+            ["--column", "items=json"],
+            "of type INTEGER, not text",
+        ),
+        (MENU_DDL, ["--column", "id=media_id"], "is the key (--key)"),
+        (MENU_DDL, ["--column", "items=json", "--column", "items=url"], "named twice"),
         (MENU_DDL, ["--column", "items=json", "--path", "link.x"], "JSON columns"),
         (MENU_DDL, ["--column", "status=media_id"], "standard content column"),
     ],
@@ -390,3 +397,23 @@ def test_a_declared_table_the_host_dropped_still_counts_until_removed(site) -> N
     assert unused(site, "m3") is True
     # Removed, the source no longer needs its table: activation goes through.
     activate(site)
+
+
+def test_an_untyped_key_column_is_named_as_such(site, dialect) -> None:
+    if dialect == "postgresql":
+        pytest.skip("every PostgreSQL column has a type")
+    sql(site, f"CREATE TABLE {MENU} (id PRIMARY KEY, items TEXT)")
+    code, output = declare(site, "--column", "items=json")
+    assert code == 2 and "declared with no type, not text" in output, output
+
+
+def test_sources_list_shows_paths_in_a_column_of_their_own_sorted_by_kind(site) -> None:
+    sql(site, MENU_DDL)
+    assert declare(site, "--column", "items=json", "--path", "items[].image")[0] == 0
+    shown = CliRunner().invoke(main, ["sources", "list", "--database-url", str(site.url)])
+    assert shown.exit_code == 0, shown.output
+    header, *rows = [line.split() for line in shown.output.splitlines() if line.strip()]
+    assert header == ["KIND", "KEY", "COLUMNS", "PATHS", "COVERAGE"]
+    assert [row[0] for row in rows] == ["byline", "settings", f"table:{MENU}", "user"]
+    # The declared table is empty: complete at once (its coverage is the last column).
+    assert rows[2] == [f"table:{MENU}", "id", "items=json", "items[].image", "complete"]
