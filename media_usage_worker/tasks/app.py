@@ -9,6 +9,7 @@ tasks checks every setting when it starts and stops with one line naming the bad
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -168,6 +169,15 @@ def _refuse_bad_settings(running: Celery) -> None:
         settings.check_all()
     except InvalidSetting as exc:
         raise SystemExit(f"media-usage: {exc}") from None
+    if not os.environ.get("MEDIA_USAGE_BROKER_URL"):
+        # Celery would retry its default for ever, naming only a transport class.
+        print(
+            f"media-usage: MEDIA_USAGE_BROKER_URL is not set, so this connects to "
+            f"{settings.DEFAULT_BROKER_URL}; set it to your broker's URL (redis://host:6379/0, "
+            "or filesystem:// with MEDIA_USAGE_BROKER_FOLDER).",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 @celeryd_init.connect

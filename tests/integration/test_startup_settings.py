@@ -57,3 +57,23 @@ def test_a_hosts_own_worker_is_not_stopped_by_this_projects_settings(tmp_path: P
     finally:
         proc.kill()
         proc.communicate(timeout=30)
+
+
+def test_a_worker_pointed_nowhere_says_which_setting_to_give(tmp_path: Path) -> None:
+    """No broker URL: one line says what it connects to instead and which variable to set,
+    before Celery's own retries (which name only a transport class)."""
+    log = tmp_path / "worker.log"
+    env = {k: v for k, v in os.environ.items() if k != "MEDIA_USAGE_BROKER_URL"}
+    with open(log, "wb") as output:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "tasks", "worker", "--pool", "solo"],
+            cwd=tmp_path, env={**env, "PYTHONPATH": str(ROOT)}, stdout=output,
+            stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        wait_for(lambda: "MEDIA_USAGE_BROKER_URL is not set" in log.read_text(), timeout=60)
+        (line,) = [x for x in log.read_text().splitlines() if "is not set" in x]
+        assert line.startswith("media-usage: ") and "redis://localhost:6379/0" in line
+    finally:
+        proc.kill()
+        proc.communicate(timeout=30)
