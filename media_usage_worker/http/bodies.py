@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 from fastapi import Request
+from starlette.requests import ClientDisconnect
 
 from media_usage_worker.api import MAX_IDS, Coverage
 from media_usage_worker.domain import validation as check
 from media_usage_worker.domain.errors import InvalidArgument
 from media_usage_worker.http.errors import ApiError
 from media_usage_worker.http.settings import MAX_BODY_BYTES
+
+log = logging.getLogger(__name__)
 
 # Ids one ``GET /v1/usage`` answers (the Python API takes up to ``MAX_IDS``).
 MAX_HTTP_IDS = min(100, MAX_IDS)
@@ -46,10 +50,18 @@ async def json_object(
     if declared is not None and (not declared.isdigit() or int(declared) > MAX_BODY_BYTES):
         raise ApiError(413, "payload_too_large", f"Bodies are at most {MAX_BODY_BYTES} bytes.")
     raw = b""
-    async for chunk in request.stream():
-        raw += chunk
-        if len(raw) > MAX_BODY_BYTES:
-            raise ApiError(413, "payload_too_large", f"Bodies are at most {MAX_BODY_BYTES} bytes.")
+    try:
+        async for chunk in request.stream():
+            raw += chunk
+            if len(raw) > MAX_BODY_BYTES:
+                raise ApiError(
+                    413, "payload_too_large", f"Bodies are at most {MAX_BODY_BYTES} bytes."
+                )
+    except ClientDisconnect:
+        # Gone before its body arrived (or cut off by the request deadline): one line, and
+        # an answer nobody reads, instead of a traceback.
+        log.warning("client went away before its request body arrived: %s", request.url.path)
+        raise ApiError(400, "client_disconnected", "The request body did not arrive.") from None
     if optional and not raw.strip():
         return {}
     try:

@@ -1,9 +1,10 @@
-"""Connections that never finish their headers are closed, so they cannot hold the server.
+"""Connections that never finish their request are closed, so they cannot hold the server.
 
-uvicorn times out idle keep-alive connections, but not one that trickles a request's headers a
-byte at a time: two hundred such connections were held for as long as their clients liked.
-``HeaderDeadlineProtocol`` gives every request's headers a deadline, from the connection's
-start or the previous response's end, and closes the connection when it passes.
+uvicorn times out idle keep-alive connections, but not one that trickles a request's headers
+(or its body) a byte at a time: two hundred such connections were held for as long as their
+clients liked. ``HeaderDeadlineProtocol`` gives every request, headers and body, a deadline
+from the connection's start or the previous response's end, and closes the connection when it
+passes (the handler waiting for the body then sees the client gone: ``http.bodies``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,9 @@ from typing import Any
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
+
+# The client is still sending its request: its headers (IDLE) or its body (SEND_BODY).
+_RECEIVING = (h11.IDLE, h11.SEND_BODY)
 
 
 class HeaderDeadlineProtocol(H11Protocol):
@@ -25,7 +29,7 @@ class HeaderDeadlineProtocol(H11Protocol):
 
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
-        if self.conn.their_state is not h11.IDLE:  # the request's headers are all here
+        if self.conn.their_state not in _RECEIVING:  # the whole request is here
             self._disarm()
 
     def on_response_complete(self) -> None:
@@ -48,7 +52,7 @@ class HeaderDeadlineProtocol(H11Protocol):
 
     def _too_slow(self) -> None:
         self._deadline = None
-        if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+        if self.conn.their_state in _RECEIVING and not self.transport.is_closing():
             self.transport.close()
 
 

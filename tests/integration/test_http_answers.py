@@ -18,7 +18,7 @@ import sqlalchemy as sa
 
 from media_usage_worker.domain.content_model import FieldDefinition
 from tests.http_server import TOKEN, Api, serving
-from tests.processes import ROOT
+from tests.processes import ROOT, wait_for
 from tests.support import active_collection, drain, mark_coverage_complete
 
 
@@ -256,3 +256,28 @@ def test_a_client_that_never_finishes_its_headers_is_cut_off(
 
 def test_serve_says_where_it_listens(api: Api) -> None:
     assert f"media-usage serve: listening on {api.base}/" in api.log.read_text()
+
+
+def test_a_client_that_never_finishes_its_body_is_cut_off_without_a_traceback(
+    migrated_url: str, tmp_path: Path
+) -> None:
+    from urllib.parse import urlsplit
+
+    with serving(migrated_url, tmp_path, MEDIA_USAGE_API_HEADER_TIMEOUT_SECONDS="1") as api:
+        where = urlsplit(api.base)
+        slow = []
+        for _ in range(20):
+            client = socket.create_connection((where.hostname, where.port), timeout=30)
+            client.sendall(
+                b"POST /v1/work/retry HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Authorization: Bearer " + TOKEN.encode() + b"\r\nContent-Length: 100\r\n\r\n"
+                b'{"collec'  # and never the rest
+            )
+            slow.append(client)
+        # Each is closed by the server (recv sees the end), long before the client gives up.
+        assert all(client.recv(4096) == b"" for client in slow)
+        for client in slow:
+            client.close()
+        assert api.get("/healthz", token=None).status == 200
+        wait_for(lambda: "client went away" in api.log.read_text(), timeout=30)
+        assert "Traceback" not in api.log.read_text()
