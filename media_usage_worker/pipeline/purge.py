@@ -93,6 +93,13 @@ def checked_purge_target(task: str | None, directory: str | None) -> PurgeTarget
     name) and ``MEDIA_USAGE_STORAGE_DIR`` (an existing absolute directory)."""
     if task is not None and not _TASK_NAME.fullmatch(task):
         raise InvalidArgument("MEDIA_USAGE_PURGE_TASK is not a task name (e.g. host.tasks.purge).")
+    if task is not None and directory is not None:
+        # One way out for files: neither silently wins, and no key goes to a host's task that
+        # the directory's own checks would have refused.
+        raise InvalidArgument(
+            "Set MEDIA_USAGE_PURGE_TASK or MEDIA_USAGE_STORAGE_DIR, not both: purged files go "
+            "one way."
+        )
     if directory is None:
         return PurgeTarget(task, None)
     path = Path(directory)

@@ -4,9 +4,11 @@ restore, the restore a later use makes, and dangling references (both dialects).
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
@@ -22,6 +24,7 @@ from media_usage_worker.repository.schema import media
 from tests.integration.test_sources import settle
 from tests.support import drain, mark_coverage_complete
 
+API_DOC = (Path(__file__).resolve().parents[2] / "docs" / "api.md").read_text()
 LIBRARY = {
     "m1": ("a.png", "image/png", 100, "2020-01-01 00:00:00"),
     "m2": ("b.pdf", "application/pdf", 200, "2020-01-01 00:00:00"),
@@ -262,6 +265,10 @@ def test_over_http_with_a_real_server(site, tmp_path) -> None:
         sql(site, "INSERT INTO ec_posts (id, hero) VALUES ('p8', 'ghost')")
         drain(site)
         metrics = api.get("/metrics").text
+        # Every family the server exports is in docs/api.md's table, and no more.
+        exported = set(re.findall(r"^# TYPE (media_usage_\w+) ", metrics, re.M))
+        documented = set(re.findall(r"^\| `(media_usage_\w+)` \|", API_DOC, re.M))
+        assert exported == documented, exported ^ documented
         for line in ("media_usage_retired_items 1.0", "media_usage_dangling_references 1.0",
                      "media_usage_restored_by_use 0.0", "media_usage_purged_files_undelivered 0.0",
                      'media_usage_coverage_complete{collection="settings"} 1.0'):  # fmt: skip
@@ -359,7 +366,7 @@ def test_purge_hands_the_keys_to_the_hosts_task_and_keeps_them_until_sent(
     client.close()
 
 
-def test_purge_without_a_target_changes_nothing(site, monkeypatch) -> None:
+def test_purge_without_a_target_changes_nothing(site, monkeypatch, tmp_path) -> None:
     _retired_long_ago(site, "m1")
     monkeypatch.delenv("MEDIA_USAGE_STORAGE_DIR", raising=False)
     monkeypatch.delenv("MEDIA_USAGE_PURGE_TASK", raising=False)
@@ -367,6 +374,10 @@ def test_purge_without_a_target_changes_nothing(site, monkeypatch) -> None:
     assert result.exit_code == 2 and "MEDIA_USAGE_PURGE_TASK" in result.output
     monkeypatch.setenv("MEDIA_USAGE_STORAGE_DIR", "relative/dir")
     assert cli(site, "purge", "--retired-before", "1").exit_code == 2
+    monkeypatch.setenv("MEDIA_USAGE_STORAGE_DIR", str(tmp_path))
+    monkeypatch.setenv("MEDIA_USAGE_PURGE_TASK", "host.tasks.purge_files")
+    both = cli(site, "purge", "--retired-before", "1")
+    assert both.exit_code == 2 and "not both" in both.output
     assert rows(site, "SELECT count(*) FROM _media_usage_worker_quarantine") == [(1,)]
 
 

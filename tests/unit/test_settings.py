@@ -109,6 +109,7 @@ def test_the_servers_purge_target_is_checked_when_it_starts(tmp_path) -> None:
         {"MEDIA_USAGE_STORAGE_DIR": "relative"},
         {"MEDIA_USAGE_STORAGE_DIR": str(tmp_path / "missing")},
         {"MEDIA_USAGE_PURGE_TASK": "not a task name"},
+        {"MEDIA_USAGE_PURGE_TASK": "host.tasks.purge", "MEDIA_USAGE_STORAGE_DIR": str(tmp_path)},
     ):
         with pytest.raises(InvalidSetting):
             ApiSettings.from_env({**base, **bad})
