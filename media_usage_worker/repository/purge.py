@@ -109,6 +109,11 @@ def _purge_batch(
         keys = {i: held[i].storage_key for i in ids if i not in kept}
         kept.update({i: PurgeRefusal(why) for i, why in refused_by_rule(conn, keys).items()})
         chosen = [i for i in ids if i not in kept]
+        found = sorted(i for i, why in kept.items() if why == PurgeRefusal.MENTIONED)
+        if found and not dry_run:
+            # What the final sweep kept is an action on those items too: audited with where.
+            where = "; ".join(f"{i} in {mentioned[i]}" for i in found)
+            write_audit(conn, actor, "purge_kept", found, f"the final sweep found {where}"[:2000])
         if chosen and not dry_run:
             conn.execute(
                 purges.insert().from_select(

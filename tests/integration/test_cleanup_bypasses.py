@@ -311,6 +311,10 @@ def test_the_final_sweep_keeps_what_any_host_table_mentions(library, tmp_path) -
     report = cleanup.purge(library, 30, actor="t", target=PurgeTarget(directory=storage))
     assert report.purged == ["m1"]
     assert report.kept["m3"].where == "host_notes.body (row n1)"
+    kept = [a for a in store.audit_page(library, 10) if a["action"] == "purge_kept"]
+    assert [(a["media_ids"], a["detail"]) for a in kept] == [
+        (["m3"], "the final sweep found m3 in host_notes.body (row n1)")
+    ]  # audited once, by the real run (the dry run writes nothing)
     assert (storage / "c.png").exists() and not (storage / "a.png").exists()
     assert in_quarantine(library) == {"m3"}
 
