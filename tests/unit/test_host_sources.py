@@ -60,7 +60,7 @@ def test_a_scope_key_that_is_not_a_sources_is_refused(scope: str) -> None:
     [
         ("menus", (), "no column"),
         ("Menus", (("x", ColumnKind.URL),), "must match"),
-        ("menus", (("id", ColumnKind.URL),), "twice"),
+        ("menus", (("id", ColumnKind.URL),), "is the key"),
         ("menus", (("x", ColumnKind.URL), ("x", ColumnKind.JSON)), "twice"),
         ("menus", (("status", ColumnKind.URL),), "standard content column"),
         ("m" * 58, (("x", ColumnKind.URL),), "must match"),
