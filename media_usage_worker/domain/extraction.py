@@ -402,12 +402,9 @@ _MEDIA_VALUE_KEYS = ("provider", "mimeType", "src", "storageKey")
 def _json_references(
     field_slug: str, value: object, urls: MediaUrls
 ) -> Iterable[Occurrence | None]:
-    """Every media reference anywhere in a JSON value: media references, image values and
-    media file URLs, at any depth (walked without recursion). Text that is not JSON is
-    searched as one string; JSON nested past the bound is unreadable (``UnreadableValue``)."""
-    if isinstance(value, str):
-        value = read_json_text(value, plain_text_allowed=True)
-        check_depth(value, field_slug)
+    """Every media reference anywhere in a JSON value (``extract`` parsed it, and checked its
+    depth): media references, image values and media file URLs, at any depth (walked without
+    recursion). Text that is not JSON is searched as one string."""
     stack: list[tuple[str, object]] = [(field_slug, value)]
     while stack:
         path, node = stack.pop()
@@ -496,6 +493,7 @@ def extract(
     for field in fields:
         value = data.get(field.slug)
         if field.type == "sourceJson" and isinstance(value, str):
+            # The one parse of a source's JSON column: any JSON value, or else plain text.
             value = read_json_text(value, plain_text_allowed=True)
         check_depth(value, field.slug)
         found = [o for o in _field_occurrences(field, value, urls or NO_MEDIA_URLS) if o]

@@ -95,11 +95,12 @@ def parse_column(value: object, *, plain_text_allowed: bool = False) -> object:
 
 def _column_value(field: ExtractionField, value: object) -> object:
     # A field of a structured type is parsed (its text must be JSON, or it is unreadable); a
-    # JSON column of a source, or a text field with declared paths, may also hold plain text,
-    # read whole as one string. Any other field's text is searched as it is.
+    # text field with declared paths may also hold plain text, read whole as one string. A
+    # source's JSON column is parsed by ``extract`` (any JSON value, or plain text), and any
+    # other field's text is searched as it is.
     if field.type in STRUCTURED_FIELD_TYPES and field.type != "sourceJson":
         return parse_column(value)
-    if field.type == "sourceJson" or field.declared_paths:
+    if field.declared_paths and field.type != "sourceJson":
         return parse_column(value, plain_text_allowed=True)
     return value
 
