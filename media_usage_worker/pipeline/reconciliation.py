@@ -4,8 +4,9 @@ One coordinator row per collection that needs it. Each step runs under the coord
 and does a bounded amount of work: the scan phase enqueues the collection's content ids (50 a
 page, up to the id that was largest when the scan began) as work at the run's epoch; once that
 work has drained, the sources phase enqueues entries whose content is gone; when that work has
-drained too and the epoch has not moved, coverage is finalised to ``complete``. Any write to the
-collection moves the epoch, which restarts the run; it converges once writes stop.
+drained too, coverage is finalised: ``complete``, or ``stale`` while writes made during the run
+still wait. A write during the run is work of its own at a later epoch: it neither restarts the
+run nor invalidates the run's claims, so a run ends while the site keeps writing.
 
 The statements are ``repository.reconciliation``; this module decides which to run.
 """
@@ -48,6 +49,8 @@ STEP = 1000
 # behind more than a few seconds of backfill.
 SCAN_AHEAD = 5000
 CANDIDATES_PER_ROUND = 4
+# A finalize that found the status row held by a host's transaction tries again this soon.
+FINALIZE_RETRY_SECONDS = 1
 
 
 @dataclass(frozen=True)
@@ -199,8 +202,12 @@ class Reconciler:
         barrier = self._work_barrier(c)
         if barrier is not None:
             return barrier
-        if store.finalize(self.engine, c):
+        if store.finalize(self.engine, c) is not None:
             return StepReport(c.collection_slug, Phase.SOURCES, Action.COMPLETED)
+        if store.run_still_owned(self.engine, c):
+            # A host transaction held the status row: try again in a moment, run kept.
+            store.release(self.engine, c, FINALIZE_RETRY_SECONDS)
+            return StepReport(c.collection_slug, Phase.SOURCES, Action.WAITING)
         return self._start(c, restarted=True)
 
     def _work_barrier(self, c: Coordinator) -> StepReport | None:
@@ -209,7 +216,7 @@ class Reconciler:
         The run waits for the other items first, so its coverage says how much was indexed
         (``partial``) instead of ``failed`` while entries were still being processed.
         """
-        states = store.work_states(self.engine, c.collection_id)
+        states = store.work_states(self.engine, c)
         if states - {WorkState.FAILED}:
             store.release_to_wait(self.engine, c, self.defer_seconds, for_all=True)
             return StepReport(c.collection_slug, c.phase, Action.WAITING)

@@ -94,14 +94,22 @@ def _status_of(c: Coordinator) -> list[sa.ColumnElement[bool]]:
 
 
 def _owns_run(c: Coordinator) -> list[sa.ColumnElement[bool]]:
-    """The status row still belongs to this run at its epoch."""
+    """The status row still belongs to this run. A write moves the epoch past the run's and
+    keeps the run: its own work row, at the newer epoch, indexes it (docs/design.md §5). What
+    must end a run (a field or rules change, a repair, deactivation) takes the status row."""
     return [
         *active_status_row(c.collection_id, c.collection_slug),
         _st.reconciliation_required == 1,
         _st.status == CoverageStatus.RUNNING,
         _st.cursor == c.run_token,
-        _st.change_epoch == c.target_epoch,
+        _st.change_epoch >= c.target_epoch,
     ]
+
+
+def _run_work(c: Coordinator) -> list[sa.ColumnElement[bool]]:
+    """The run's own work: the collection's rows at its epoch or before. A write during the
+    run queues its entry at a later epoch, so this set only shrinks while the run lasts."""
+    return [_w.collection_id == c.collection_id, _w.change_epoch <= c.target_epoch]
 
 
 def _held(c: Coordinator) -> list[sa.ColumnElement[bool]]:
@@ -258,9 +266,7 @@ def release_to_wait(engine: sa.Engine, c: Coordinator, delay: int, *, for_all: b
     coordinator to wake; its wake is not lost, because this statement (on the row that wake
     would have changed) sees that batch's completions.
     """
-    unfinished = sa.exists(
-        sa.select(1).where(_w.collection_id == c.collection_id, _w.state != WorkState.FAILED)
-    )
+    unfinished = sa.exists(sa.select(1).where(*_run_work(c), _w.state != WorkState.FAILED))
     done = ~unfinished if for_all else _almost_drained(c.collection_id)
     soon = sa.case((done, db_now()), else_=db_now(delay))
     with transaction(engine) as conn:
@@ -404,48 +410,72 @@ def present_content_ids(engine: sa.Engine, slug: str, candidates: list[str]) -> 
         )
 
 
-def work_states(engine: sa.Engine, collection_id: str) -> set[WorkState]:
-    """The distinct states of the collection's work rows (empty: no work left)."""
+def work_states(engine: sa.Engine, c: Coordinator) -> set[WorkState]:
+    """The distinct states of the run's own work rows, and ``failed`` if any row of the
+    collection failed (empty: the run has nothing left to wait for). Writes queued during the
+    run are not waited for: the run can end while the site keeps writing."""
+    query = (
+        sa.select(_w.state)
+        .distinct()
+        .where(sa.or_(sa.and_(*_run_work(c)), sa.and_(
+            _w.collection_id == c.collection_id, _w.state == WorkState.FAILED)))
+    )  # fmt: skip
     with transaction(engine) as conn:
-        return {
-            WorkState(state)
-            for state in conn.execute(
-                sa.select(_w.state).distinct().where(_w.collection_id == collection_id)
-            ).scalars()
-        }
+        return {WorkState(state) for state in conn.execute(query).scalars()}
 
 
-def finalize(engine: sa.Engine, c: Coordinator) -> bool:
-    """Mark coverage ``complete`` and drop the coordinator, if nothing moved since the run began.
+# The status row, locked for the finalize (SKIP LOCKED: a host transaction holding it is
+# never waited for; the step tries again a moment later). Under the lock no capture can move
+# the epoch, so the work rows the finalize's own statement sees are every write's.
+_LOCK_RUN_STATUS = (
+    sa.select(_st.change_epoch)
+    .where(*active_status_row(sa.bindparam("p_collection_id"), sa.bindparam("p_slug")))
+    .with_for_update(skip_locked=True)
+)
 
-    Guarded on everything at once: the run still owns the status row at its epoch, no work is
-    left, the coordinator is still held in its sources phase, the collection is registered and
-    not being deleted.
+
+def finalize(engine: sa.Engine, c: Coordinator) -> CoverageStatus | None:
+    """End the run: every entry is indexed under the run's rules except those a write queued
+    since, so coverage becomes ``complete``, or ``stale`` while such writes still wait (their
+    completions restore ``complete``), and reconciliation is no longer required. ``None`` when
+    nothing changed: the status row was busy, or the run no longer owns it.
+
+    Guarded on everything at once: the run still owns the status row, the epoch is the one
+    read under the row's lock, none of the run's own work is left, the coordinator is still
+    held in its sources phase, the collection is registered and not being deleted.
     """
     held = sa.exists(sa.select(1).where(*_held(c), _r.phase == ReconciliationPhase.SOURCES))
+    writes_wait = sa.exists(sa.select(1).where(_w.collection_id == c.collection_id))
+    params = {"p_collection_id": c.collection_id, "p_slug": c.collection_slug}
     with transaction(engine) as conn:
+        epoch = conn.execute(_LOCK_RUN_STATUS, params).scalar_one_or_none()
+        if epoch is None:
+            return None
         done = conn.execute(
             index_status.update()
             .where(
                 *_owns_run(c),
-                ~sa.exists(sa.select(1).where(_w.collection_id == c.collection_id)),
+                _st.change_epoch == epoch,
+                ~sa.exists(sa.select(1).where(*_run_work(c))),
                 held,
                 registered(c.collection_id, c.collection_slug),
                 ~being_deleted(c.collection_id),
             )
             .values(
-                status=CoverageStatus.COMPLETE, schema_version=1, completed_at=db_now(),
-                cursor=None, last_error_code=None, reconciliation_required=0,
+                status=sa.case((writes_wait, CoverageStatus.STALE.value),
+                               else_=CoverageStatus.COMPLETE.value),
+                completed_at=sa.case((writes_wait, sa.null()), else_=db_now()),
+                schema_version=1, cursor=None, last_error_code=None, reconciliation_required=0,
                 updated_at=db_now(),
             )
-            .returning(_st.scope_key)
+            .returning(_st.status)
         ).first()  # fmt: skip
         if done is None:
-            return False
+            return None
         record_indexed_rules(conn, c.collection_id)
         conn.execute(
             reconciliations.delete().where(
                 _r.collection_id == c.collection_id, _r.lease_token == c.lease_token
             )
         )
-    return True
+    return CoverageStatus(done.status)

@@ -38,7 +38,8 @@ def _run_owns(
     collection_id: str, collection_slug: str, run_token: str, lease_token: str, epoch: int,
     phase: ReconciliationPhase,
 ) -> sa.Exists:  # fmt: skip
-    """This reconciliation run still holds its coordinator lease, the status row and capture."""
+    """This reconciliation run still holds its coordinator lease, the status row and capture
+    (writes since the run began have moved the epoch on; they do not end it)."""
     return sa.exists(
         sa.select(1).where(
             _r.collection_id == collection_id,
@@ -53,7 +54,7 @@ def _run_owns(
             _st.reconciliation_required == 1,
             _st.status == CoverageStatus.RUNNING,
             _st.cursor == run_token,
-            _st.change_epoch == epoch,
+            _st.change_epoch >= epoch,
             registered(_r.collection_id, _r.collection_slug),
             capture_activated(),
             ~being_deleted(_r.collection_id),

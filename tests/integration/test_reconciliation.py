@@ -82,7 +82,7 @@ def test_entries_from_before_activation_are_reconciled_to_complete(db, registere
         )
 
 
-def test_writes_during_reconciliation_restart_it_and_it_converges_after(
+def test_writes_during_reconciliation_neither_restart_it_nor_outlive_it(
     db, registered_posts
 ) -> None:
     write(db, INSERT, entries(200))
@@ -92,9 +92,61 @@ def test_writes_during_reconciliation_restart_it_and_it_converges_after(
     write(db, INSERT, entries(20, prefix="late"))
     write(db, "UPDATE ec_posts SET hero = 'm99' WHERE id = 'e00001'")
     actions = converge(db, registered_posts.id)
-    assert "restarted" in actions
+    assert "restarted" not in actions
     assert status_row(db, registered_posts.id)["status"] == "complete"
     assert actual_index(db) == expected_index(db)
+
+
+def test_a_run_ends_while_the_site_never_stops_writing(db, registered_posts) -> None:
+    """A write lands after every round, so some write always waits when the run decides: the
+    run still ends (``stale``, nothing left to reconcile), and the waiting write's completion
+    makes coverage ``complete``."""
+    write(db, INSERT, entries(300))
+    activate(db)
+    reconciler = Reconciler(db, defer_seconds=0)
+    actions: list[str] = []
+    for round_ in range(200):
+        actions += [report.action for report in reconciler.tick()]
+        status = status_row(db, registered_posts.id)
+        if status["reconciliation_required"] == 0:
+            break
+        drain(db)
+        write(db, INSERT, entries(1, prefix=f"w{round_:03d}-"))
+    else:
+        raise AssertionError(f"the run never ended: {actions[-10:]}")
+    assert "restarted" not in actions and "completed" in actions
+    assert (status["status"], status["cursor"]) == ("stale", None)
+    assert reconciliations.work_backlog(db, registered_posts.id, 10) == 1
+    drain(db)
+    assert status_row(db, registered_posts.id)["status"] == "complete"
+    assert actual_index(db) == expected_index(db)
+    assert actual_source_keys(db) == expected_source_keys(db)
+
+
+def test_a_write_does_not_take_the_runs_claims_away(db, registered_posts) -> None:
+    from media_usage_worker.repository.work import MediaUsageWorkRepository
+
+    write(db, INSERT, entries(40))
+    activate(db)
+    Reconciler(db, defer_seconds=0).tick()  # the scan queued every entry
+    repo = MediaUsageWorkRepository(db)
+    due = repo.find_due_work(limit=40)
+    claimed = repo.claim_batch(
+        registered_posts.id, [(w.content_id, w.work_version) for w in due], 60
+    )
+    assert len(claimed) == 40
+    write(db, INSERT, entries(1, prefix="new"))
+    write(db, "UPDATE ec_posts SET hero = 'm99' WHERE id = 'e00001'")
+    Reconciler(db, defer_seconds=0).tick()  # a step after the writes
+    kept = [
+        w for w in claimed
+        if repo.complete_work(
+            collection_id=w.collection_id, content_id=w.content_id,
+            work_version=w.work_version, lease_token=w.lease_token,
+        )
+    ]  # fmt: skip
+    # Only the entry the write changed lost its claim: its new row indexes it again.
+    assert sorted(w.content_id for w in claimed if w not in kept) == ["e00001"]
 
 
 def test_entries_deleted_before_reconciliation_lose_their_sources(db, registered_posts) -> None:
