@@ -22,7 +22,6 @@ from media_usage_worker.domain.cleanup import (
     checked_reason,
 )
 from media_usage_worker.domain.cursor import decode_cursor, encode_cursor
-from media_usage_worker.domain.vocabulary import CoverageStatus
 
 # The purge has its own module; its names stay importable from here.
 from media_usage_worker.pipeline.purge import (
@@ -51,18 +50,19 @@ def unused(
     engine: Engine, chosen: UnusedFilter, *, limit: int | None = None, cursor: str | None = None
 ) -> UnusedPage:
     """A page of the library items no source uses (by id), with the selection's totals; not
-    known (an empty page, ``known`` False) while coverage is not ``complete``. The totals are
-    read with the first page and carried by the cursor: each later page is an index walk."""
+    known (an empty page, ``known`` False) while the index cannot answer: coverage is neither
+    ``complete`` nor whole but for queued writes it can read (docs/design.md §5). The totals
+    are read with the first page and carried by the cursor: each later page is an index walk."""
     chosen = chosen.validated()
     page_limit = check.operator_limit(limit)
     position = decode_cursor(cursor, _ORDER, scope=_scope(chosen))
     after = None if position is None else position.id
     carried = None if position is None else _totals(position.order_value)
-    coverage, items, read = store.unused_items(
+    coverage, known, items, read = store.unused_items(
         engine, chosen, after, page_limit + 1, totals=carried is None
     )
     totals = carried or read
-    if coverage != CoverageStatus.COMPLETE or totals is None:
+    if not known or totals is None:
         return UnusedPage(False, coverage, [], None, None, None)
     more = len(items) > page_limit
     items = items[:page_limit]

@@ -37,6 +37,7 @@ from media_usage_worker.repository.fence import (
     hold_fence,
     lock_rows,
     refused_by_rule,
+    uses_not_yet_indexed,
 )
 from media_usage_worker.repository.purge import (
     delivered,
@@ -113,29 +114,39 @@ def _selection(chosen: UnusedFilter) -> list[sa.ColumnElement[bool]]:
     return where
 
 
+# The most ids the queued writes may name for a listing to leave them out with one statement.
+MAX_WAITING_IDS = 5000
+
+
 def unused_items(
     bind: Bind, chosen: UnusedFilter, after: str | None, limit: int, *, totals: bool
-) -> tuple[str, list[UnusedItem], tuple[int, int] | None]:
-    """(coverage, a page of unused items after the id ``after``, and with ``totals`` their
-    count and bytes over the whole selection); no items nor totals unless coverage is
-    ``complete``. The page is an index walk that stops at ``limit``; the totals read the
-    whole selection, so a listing asks for them once."""
+) -> tuple[str, bool, list[UnusedItem], tuple[int, int] | None]:
+    """(coverage, whether the answer is known, a page of unused items after the id ``after``,
+    and with ``totals`` their count and bytes over the whole selection). Known while coverage
+    is ``complete``, or whole but for queued writes whose references can be read now
+    (``fence.uses_not_yet_indexed``): what they name is left out. The page is an index walk
+    that stops at ``limit``; the totals read the whole selection, so a listing asks for them
+    once."""
     with read_transaction(bind) as conn:
         coverage = read_coverage(conn)
-        if not coverage.complete:
-            return coverage.status, [], None
         where = _selection(chosen)
+        if not coverage.complete:
+            waiting = uses_not_yet_indexed(conn)
+            if waiting is None or len(waiting) > MAX_WAITING_IDS:
+                return coverage.status, False, [], None
+            if waiting:
+                where.append(m.id.not_in(sorted(waiting)))
         page = sa.select(m.id, m.filename, m.mime_type, m.size, m.storage_key, m.created_at)
         page = page.where(*where).order_by(m.id).limit(limit)
         if after is not None:
             page = page.where(m.id > after)
         items = [UnusedItem(*row) for row in conn.execute(page)]
         if not totals:
-            return coverage.status, items, None
+            return coverage.status, True, items, None
         count, size = conn.execute(
             sa.select(sa.func.count(), sa.func.coalesce(sa.func.sum(m.size), 0)).where(*where)
         ).one()
-    return coverage.status, items, (int(count), int(size))
+    return coverage.status, True, items, (int(count), int(size))
 
 
 def unused_ids(bind: Bind, chosen: UnusedFilter, after: str | None, limit: int) -> list[str]:

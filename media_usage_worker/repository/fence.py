@@ -4,10 +4,11 @@ may decide that an item is used nowhere, and the checks it makes behind it.
 The fence holds the coverage table against every writer (PostgreSQL: ``LOCK TABLE ... IN SHARE
 MODE``; SQLite: the batch's write transaction keeps every other writer out). A capture trigger
 updates its scope's coverage row in the writer's own transaction, so a write that committed
-before the fence has made coverage not ``complete``, and a write that comes later waits for the
-batch to commit. Every lock a batch takes waits at most ``FENCE_WAIT_MS``: a PostgreSQL lock
-request that waits queues every later writer behind it, so a batch that cannot have its locks at
-once gives up (``FenceBusy``: its items are not known yet) instead of stalling the site.
+before the fence has queued its work row, and a write that comes later waits for the batch to
+commit; the queued writes are read and extracted behind it (``uses_not_yet_indexed``). Every
+lock a batch takes waits at most ``FENCE_WAIT_MS``: a PostgreSQL lock request that waits
+queues every later writer behind it, so a batch that cannot have its locks at once gives up
+(``FenceBusy``: its items are not known yet) instead of stalling the site.
 """
 
 from __future__ import annotations
@@ -17,9 +18,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from media_usage_worker.domain.vocabulary import CoverageStatus, WorkState
-from media_usage_worker.repository.schema import index_status, media, occurrences, quarantine, work
-from media_usage_worker.repository.usage import read_coverage
+from media_usage_worker.repository.pending import baseline_holds, queued_uses
+from media_usage_worker.repository.schema import index_status, media, occurrences, quarantine
 
 # How long a batch waits for the writers in flight (and a host transaction holding a media
 # row) before it gives up the batch.
@@ -65,12 +65,14 @@ def lock_rows(conn: sa.Connection, table: sa.Table, ids: Sequence[str]) -> dict[
     return {row.id: row for row in _locking(conn, query)}
 
 
-def settled(conn: sa.Connection) -> bool:
-    """Coverage is ``complete`` everywhere and no captured write waits to be indexed."""
-    if read_coverage(conn).status != CoverageStatus.COMPLETE:
-        return False
-    waiting = sa.select(1).select_from(work).where(work.c.state != WorkState.FAILED).limit(1)
-    return conn.execute(waiting).first() is None
+def uses_not_yet_indexed(conn: sa.Connection) -> set[str] | None:
+    """The media ids that writes waiting in the work table name (empty: none waits); ``None``
+    (not known yet) unless every scope is indexed whole but for those writes and the queue can
+    be read and extracted here (``repository.pending``). Behind the fence no write can commit
+    meanwhile, so the index and this set together are every use."""
+    if not baseline_holds(conn):
+        return None
+    return queued_uses(conn)
 
 
 def used_ids(conn: sa.Connection, ids: Sequence[str]) -> set[str]:
@@ -84,14 +86,15 @@ def used_ids(conn: sa.Connection, ids: Sequence[str]) -> set[str]:
 
 def refused_by_rule(conn: sa.Connection, keys: Mapping[str, str]) -> dict[str, str]:
     """The candidates (media id → storage key) the rule refuses behind the fence, with why:
-    every one ``not_known_yet`` while coverage is not complete or a write waits; else those a
-    use names (``used``), and those whose file another item names (``shared_file``; a used
-    candidate stays in its table, so it counts as another)."""
+    every one ``not_known_yet`` while the index cannot answer (``uses_not_yet_indexed``); else
+    those a use names, indexed or waiting (``used``), and those whose file another item names
+    (``shared_file``; a used candidate stays in its table, so it counts as another)."""
     if not keys:
         return {}
-    if not settled(conn):
+    waiting = uses_not_yet_indexed(conn)
+    if waiting is None:
         return dict.fromkeys(keys, "not_known_yet")
-    refused = dict.fromkeys(used_ids(conn, list(keys)), "used")
+    refused = dict.fromkeys(used_ids(conn, list(keys)) | (waiting & set(keys)), "used")
     rest = [media_id for media_id in keys if media_id not in refused]
     shared = keys_named_elsewhere(conn, [keys[i] for i in rest], rest)
     refused.update({i: "shared_file" for i in rest if keys[i] in shared})

@@ -63,20 +63,32 @@ def read_entries(
     their text: psycopg would otherwise parse a ``json`` column while fetching it, before the
     size check could refuse an entry too large.
     """
-    ids = list(dict.fromkeys(content_ids))
     with read_transaction(bind) as conn:
         if conn.dialect.name == "postgresql":
             # A host's migration holds ec_<slug> exclusively for as long as it runs; a worker
             # waiting for it is a worker every other collection's work waits for. The read
             # gives up instead, and its items retry with backoff.
             conn.execute(_CONTENT_LOCK_TIMEOUT)
-        fields = load_fields(conn, collection_id)
-        prefixes = tuple(read_media_url_prefixes(conn))
-        present = bool(conn.execute(sa.select(registered(collection_id, slug))).scalar_one())
-        rows = _content_rows(conn, collection_id, slug, ids, columns_for(fields), fields)
-        drafts = [r["draft_revision_id"] for r in rows.values()]
-        revisions_by_id = _revisions(conn, [d for d in drafts if isinstance(d, str)])
-        observed = _observed_sources(conn, collection_id, ids)
+        return read_entries_on(conn, collection_id, slug, content_ids, columns_for)
+
+
+def read_entries_on(
+    conn: sa.Connection,
+    collection_id: str,
+    slug: str,
+    content_ids: Sequence[str],
+    columns_for: Callable[[list[FieldDefinition]], list[str]],
+) -> CollectionState:
+    """``read_entries`` in the caller's transaction (the clean-up's fence reads the queued
+    entries behind it)."""
+    ids = list(dict.fromkeys(content_ids))
+    fields = load_fields(conn, collection_id)
+    prefixes = tuple(read_media_url_prefixes(conn))
+    present = bool(conn.execute(sa.select(registered(collection_id, slug))).scalar_one())
+    rows = _content_rows(conn, collection_id, slug, ids, columns_for(fields), fields)
+    drafts = [r["draft_revision_id"] for r in rows.values()]
+    revisions_by_id = _revisions(conn, [d for d in drafts if isinstance(d, str)])
+    observed = _observed_sources(conn, collection_id, ids)
     entries = {}
     for content_id in ids:
         row = rows.get(content_id)
@@ -149,6 +161,16 @@ def media_ids_by_storage_keys(bind: Bind, storage_keys: Collection[str]) -> dict
     restores it, exactly like a use by id (the clean-up's rule, docs/design.md §13)."""
     if not storage_keys:
         return {}
+    with read_transaction(bind) as conn:
+        return media_ids_by_storage_keys_on(conn, storage_keys)
+
+
+def media_ids_by_storage_keys_on(
+    conn: sa.Connection, storage_keys: Collection[str]
+) -> dict[str, str]:
+    """``media_ids_by_storage_keys`` in the caller's transaction."""
+    if not storage_keys:
+        return {}
     wanted = sorted(storage_keys)
     holders = sa.union_all(
         sa.select(media.c.storage_key, media.c.id).where(media.c.storage_key.in_(wanted)),
@@ -159,5 +181,4 @@ def media_ids_by_storage_keys(bind: Bind, storage_keys: Collection[str]) -> dict
     statement = sa.select(holders.c.storage_key, sa.func.min(holders.c.id)).group_by(
         holders.c.storage_key
     )
-    with read_transaction(bind) as conn:
-        return {key: media_id for key, media_id in conn.execute(statement).all()}
+    return {key: media_id for key, media_id in conn.execute(statement).all()}

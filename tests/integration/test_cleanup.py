@@ -19,7 +19,7 @@ from media_usage_worker.domain.content_model import FieldDefinition
 from media_usage_worker.domain.errors import InvalidArgument
 from media_usage_worker.pipeline import cleanup
 from media_usage_worker.repository import cleanup as store
-from media_usage_worker.repository.collections import create_collection
+from media_usage_worker.repository.collections import create_collection, request_reindex
 from media_usage_worker.repository.schema import media
 from tests.integration.test_sources import settle
 from tests.support import drain, mark_coverage_complete
@@ -74,14 +74,40 @@ def listed(engine: sa.Engine, **chosen: object) -> list[str]:
     return [item.id for item in page.items]
 
 
-def test_nothing_is_listed_until_coverage_is_complete(site) -> None:
-    sql(site, "INSERT INTO ec_posts (id, hero) VALUES ('p3', 'm1')")
+def test_a_queued_write_is_read_for_the_listing_instead_of_waited_for(site) -> None:
+    sql(site, "INSERT INTO ec_posts (id, hero) VALUES ('p3', 'm1')")  # captured, not indexed
+    page = MediaUsage(site).unused()
+    assert (page.known, page.coverage) == (True, "stale")
+    assert [i.id for i in page.items] == ["m2", "m3"] and page.total_count == 2
+    drain(site)
+    assert [i.id for i in MediaUsage(site).unused().items] == ["m2", "m3"]
+
+
+def test_nothing_is_listed_while_a_collection_needs_reconciling(site) -> None:
+    request_reindex(site, "posts")
     page = MediaUsage(site).unused()
     assert (page.known, page.coverage, page.items, page.total_count) == (
         False, "stale", [], None,
     )  # fmt: skip
-    drain(site)
+    assert MediaUsage(site).retire(["m1"]).refused == {"m1": "not_known_yet"}
+
+
+def test_a_queued_write_that_cannot_be_read_makes_the_answer_not_known(site) -> None:
+    from tests.support import get_work
+
+    sql(site, "INSERT INTO ec_posts (id, hero) VALUES ('p3', 'm1')")
     assert MediaUsage(site).unused().known
+    assert get_work(site, posts_id(site), "p3") is not None
+    sql(
+        site, "UPDATE _emdash_media_usage_work SET state = 'failed', last_error_code = 'X' "
+        "WHERE content_id = 'p3'",
+    )  # fmt: skip
+    assert not MediaUsage(site).unused().known
+    assert MediaUsage(site).retire(["m2"]).refused == {"m2": "not_known_yet"}
+
+
+def posts_id(engine: sa.Engine) -> str:
+    return rows(engine, "SELECT id FROM _emdash_collections WHERE slug = 'posts'")[0][0]
 
 
 def test_the_unused_listing_pages_filters_and_totals(site) -> None:
@@ -121,11 +147,11 @@ def test_retire_moves_an_unused_item_whole_and_says_why_for_the_rest(site) -> No
     assert rows(site, "SELECT * FROM media WHERE id = 'm1'") == before
 
 
-def test_nothing_is_retired_while_a_write_waits_to_be_indexed(site) -> None:
+def test_a_write_waiting_to_be_indexed_is_read_behind_the_fence(site) -> None:
     sql(site, "INSERT INTO ec_posts (id, hero) VALUES ('p9', 'm2')")  # captured, not indexed
     result = MediaUsage(site).retire(["m1", "m2"])
-    assert result.refused == {"m1": "not_known_yet", "m2": "not_known_yet"}
-    assert rows(site, "SELECT count(*) FROM media") == [(5,)]
+    assert (result.retired, result.refused) == (["m1"], {"m2": "used"})
+    assert rows(site, "SELECT count(*) FROM media") == [(4,)]
 
 
 def test_a_later_use_of_a_retired_item_restores_it(site) -> None:
@@ -140,8 +166,8 @@ def test_a_later_use_of_a_retired_item_restores_it(site) -> None:
 
 def test_a_write_in_flight_holds_the_retirement_until_it_commits(site) -> None:
     """The fence, with real connections: a write that references m1 has run its capture
-    trigger but not committed; the retirement waits for it, then sees coverage stale and
-    retires nothing."""
+    trigger but not committed; the retirement waits for it, then reads the write it queued and
+    keeps m1."""
     writer = site.connect()
     writing = writer.begin()
     writer.execute(sa.text("INSERT INTO ec_posts (id, hero) VALUES ('p9', 'm1')"))
@@ -165,7 +191,7 @@ def test_a_write_in_flight_holds_the_retirement_until_it_commits(site) -> None:
     assert done.wait(30)
     thread.join()
     assert "error" not in outcome, outcome
-    assert outcome["result"].refused == {"m1": "not_known_yet"}  # type: ignore[union-attr]
+    assert outcome["result"].refused == {"m1": "used"}  # type: ignore[union-attr]
     assert rows(site, "SELECT id FROM media WHERE id = 'm1'") == [("m1",)]
 
 
@@ -227,6 +253,8 @@ def test_the_command_line_lists_retires_restores_and_audits(site) -> None:
         result = cli(site, *bad)
         assert result.exit_code == 2, (bad, result.output)
     sql(site, "INSERT INTO ec_posts (id, hero) VALUES ('p9', 'm2')")
+    assert "m2" not in cli(site, "unused").output  # a queued write is read, not waited for
+    request_reindex(site, "posts")
     waiting = cli(site, "unused")
     assert waiting.exit_code == 1 and "not known yet: coverage is stale" in waiting.output
     as_json = cli(site, "unused", "--json")  # with --json the answer is JSON, on stdout
@@ -286,7 +314,7 @@ def test_over_http_with_a_real_server(site, tmp_path) -> None:
         assert api.post("/v1/media/purge", {"retired_before": 30}, token="x" * 20).status in (
             401, 403,
         )  # fmt: skip
-        sql(site, "INSERT INTO ec_posts (id, hero) VALUES ('p9', 'm2')")
+        request_reindex(site, "posts")
         waiting = api.get("/v1/unused")
         assert waiting.status == 409 and waiting.json["error"]["code"] == "not_known_yet"
     audit = store.audit_page(site, 10)
@@ -387,6 +415,9 @@ def test_a_later_page_is_not_known_once_coverage_is_not_complete(site) -> None:
     second = MediaUsage(site).unused(limit=1, cursor=first.next_cursor)
     assert (second.known, second.total_count, [i.id for i in second.items]) == (True, 3, ["m2"])
     sql(site, "INSERT INTO ec_posts (id, hero) VALUES ('p9', 'm2')")
+    queued = MediaUsage(site).unused(limit=1, cursor=first.next_cursor)
+    assert (queued.known, [i.id for i in queued.items]) == (True, ["m3"])
+    request_reindex(site, "posts")
     later = MediaUsage(site).unused(limit=1, cursor=first.next_cursor)
     assert (later.known, later.items, later.coverage) == (False, [], "stale")
 

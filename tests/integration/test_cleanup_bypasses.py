@@ -137,8 +137,8 @@ def test_a_draft_edited_in_place_is_captured_like_its_entry(library) -> None:
     _entry_with_draft(library, "{}")
     assert MediaUsage(library).is_unused("m1") is True
     sql(library, """UPDATE revisions SET data = '{"hero": "m1"}' WHERE id = 'r5'""")
-    # Captured in the writer's transaction: nothing is retired over it, even before indexing.
-    assert MediaUsage(library).retire(["m1"]).refused == {"m1": "not_known_yet"}
+    # Captured in the writer's transaction, and read behind the fence before it is indexed.
+    assert MediaUsage(library).retire(["m1"]).refused == {"m1": "used"}
     drain(library)
     assert MediaUsage(library).usage_count("m1") == 1
 
@@ -213,10 +213,10 @@ def test_purge_keeps_an_item_a_write_waiting_to_be_indexed_uses(library, tmp_pat
     assert MediaUsage(library).retire(["m1"]).retired == ["m1"]
     _old(library)
     sql(library, "INSERT INTO ec_posts (id, hero) VALUES ('late', 'm1')")  # not indexed yet
-    # Behind the fence: not known yet (the final sweep alone would also have kept it).
-    assert purge_batch(library, ["m1"], "t", 30).kept == {"m1": "not_known_yet"}
+    # Behind the fence the queued write is read (the final sweep alone would also keep it).
+    assert purge_batch(library, ["m1"], "t", 30).kept == {"m1": "used"}
     report = cleanup.purge(library, 30, actor="t", target=PurgeTarget(directory=storage))
-    assert report.purged == [] and report.kept["m1"].reason in ("not_known_yet", "mentioned")
+    assert report.purged == [] and report.kept["m1"].reason in ("used", "mentioned")
     assert (storage / "a.png").exists()
     drain(library)
     assert "m1" in in_library(library)
@@ -476,9 +476,10 @@ def test_concurrent_retirements_of_the_same_ids_answer_already_retired(library, 
 
 
 def test_dry_runs_apply_the_real_rules(library) -> None:
+    from media_usage_worker.repository.collections import request_reindex
     from tests.integration.test_cleanup import cli
 
-    sql(library, "INSERT INTO ec_posts (id, hero) VALUES ('late', 'm9')")  # waits to be indexed
+    request_reindex(library, "posts")  # not known until the collection is reconciled
     dry = cli(library, "retire", "--all-unused", "--dry-run", "--json")
     assert json.loads(dry.stdout) == {
         "would_retire": [], "refused": dict.fromkeys(["m1", "m2", "m3"], "not_known_yet"),
