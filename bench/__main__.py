@@ -66,6 +66,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--backfill-only", action="store_true", help="backfill: the activation alone, once"
     )
+    parser.add_argument(
+        "--write-rate",
+        type=float,
+        nargs="+",
+        help="backfill: new entries/s written during it, each rate a run (0 1 10 50)",
+    )
     parser.add_argument("--latency-writes", type=int)
     parser.add_argument(
         "--capacity",
@@ -108,7 +114,16 @@ def main(argv: list[str] | None = None) -> int:
             report(cpu.run(bench, entries, repeat, args.workers[0]))
         if args.which in ("all", "single"):
             report(single.run(bench, entries, repeat, items=min(entries, 1000)))
-        if args.which in ("all", "backfill"):
+        if args.which == "backfill" and args.write_rate:
+            from bench import converge
+
+            report(
+                converge.run(
+                    bench, entries, repeat, args.workers[0], args.write_rate,
+                    tuple(args.dialects),
+                )
+            )  # fmt: skip
+        elif args.which in ("all", "backfill"):
             report(
                 backfill.run(
                     bench, entries, repeat, args.workers[0], dialects=tuple(args.dialects),
