@@ -118,8 +118,10 @@ def converge(bench: Bench, dialect: str, entries: int, workers: int, rate: float
         time.sleep(0.1)  # polling what other processes change
     writer.stop.set()
     writer.join()
-    run.latencies, run.written, run.unindexed = writer.latencies, writer.written, len(
-        writer.pending
+    run.latencies, run.written, run.unindexed = (
+        writer.latencies,
+        writer.written,
+        len(writer.pending),
     )
     bench.stop_all()
     run.wasted = len(_WASTED.findall(worker.log.read_bytes()))  # type: ignore[attr-defined]

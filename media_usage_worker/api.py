@@ -34,8 +34,10 @@ from media_usage_worker.domain.cleanup import (
 )
 from media_usage_worker.domain.cursor import SLUG_ORDER, decode_cursor, usage_scope
 from media_usage_worker.domain.errors import InvalidArgument
+from media_usage_worker.domain.pace import Pace
 from media_usage_worker.pipeline import cleanup
 from media_usage_worker.repository import deletion as deletion_store
+from media_usage_worker.repository import pace as pace_store
 from media_usage_worker.repository import purge as purge_store
 from media_usage_worker.repository import status as status_store
 from media_usage_worker.repository import usage as usage_store
@@ -88,6 +90,9 @@ class StatusOverview:
     # The clean-up: items in the quarantine, purged files not yet delivered, and those of them
     # parked (no longer tried: ``media-usage purge --undelivered``).
     cleanup: dict[str, int] = field(default_factory=dict)
+    # Whether the workers keep up with the site's writes over the last minute (``None``
+    # until the dispatch tick has sampled it twice).
+    pace: Pace | None = None
 
 
 class MediaUsage:
@@ -153,7 +158,8 @@ class MediaUsage:
         collections = [s for s in scopes if s.kind == "content"]
         sources = [s for s in scopes if s.kind != "content"]
         cleanup = purge_store.quarantine_counts(self._engine)
-        return StatusOverview(capture, coverage, collections, under_way, sources, cleanup)
+        pace = pace_store.read_pace(self._engine)
+        return StatusOverview(capture, coverage, collections, under_way, sources, cleanup, pace)
 
     # --- clean-up (docs/operations.md, "Cleaning up unused media") -----------------------
 

@@ -61,6 +61,7 @@ def status_command(as_json: bool, check: bool, max_age: int | None, database_url
                     "deletions": deletions,
                     "sources": [asdict(d) for d in sources],
                     "cleanup": overview.cleanup,
+                    "pace": None if overview.pace is None else asdict(overview.pace),
                 },
                 indent=2,
             )
@@ -74,7 +75,11 @@ def status_command(as_json: bool, check: bool, max_age: int | None, database_url
             f"{overview.cleanup.get('undelivered_files', 0)} undelivered file(s)"
             + (f", {parked} parked (media-usage purge --undelivered)" if parked else "")
         )
+        if overview.pace is not None:
+            click.echo(f"pace: {overview.pace.shown()}")
     problems = [] if capture == "active" else [CAPTURE_NOT_ACTIVE]
+    if overview.pace is not None and overview.pace.falling_behind:
+        problems.append(overview.pace.shown())
     problems += [
         p
         for d in details + sources

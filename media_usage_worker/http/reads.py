@@ -60,6 +60,7 @@ def read_routes(index: MediaUsage, *, read: Sequence[Depends]) -> APIRouter:
             "deletions": overview.deletions,
             "sources": [asdict(c) for c in overview.sources],
             "cleanup": overview.cleanup,
+            "pace": None if overview.pace is None else asdict(overview.pace),
         }
 
     return router

@@ -11,7 +11,7 @@ from media_usage_worker.domain.timestamps import seconds_between
 from media_usage_worker.domain.validation import split_usable
 from media_usage_worker.domain.vocabulary import DUE_STATES, ErrorCode, Outcome
 from media_usage_worker.domain.work import MAX_BATCH, WorkRecord
-from media_usage_worker.repository import coverage
+from media_usage_worker.repository import coverage, pace
 from media_usage_worker.repository import work_processing as work
 from media_usage_worker.repository.activation import is_activation_active
 from media_usage_worker.repository.db import Bind, read_transaction
@@ -62,7 +62,8 @@ def run_tick(
 ) -> TickReport:
     """One tick: while capture is active, read due work up to the budget the queue's depth
     allows (``due_read_budget``) and ``send`` it, then restore coverage a killed worker left
-    stale (nothing else runs for a collection whose work is all done)."""
+    stale (nothing else runs for a collection whose work is all done), and sample the pace of
+    writes and drain for ``status``."""
     started = time.monotonic()
     with read_transaction(engine) as conn:
         if not is_activation_active(conn):
@@ -74,6 +75,7 @@ def run_tick(
     fanned = fan_out_due_work(engine, read_budget, send)
     now, oldest = work.oldest_due(engine)
     restored = coverage.restore_settled_coverage(engine)
+    pace.record_sample(engine)
     return TickReport(
         active=True,
         due_seen=fanned.seen,

@@ -610,3 +610,15 @@ purges = Table(
 )
 
 CLEANUP_TABLES = (quarantine, audit, purges)
+
+# What the dispatch tick saw, one row a sample (at most one every few seconds, an hour kept):
+# the writes captured so far (the sum of every scope's change epoch) and the writes queued
+# (work rows that are not a running reconciliation's own). ``status`` compares the last
+# minute's samples to say whether the workers keep up with the site (docs/design.md §5).
+pace_samples = Table(
+    "_media_usage_worker_pace",
+    metadata,
+    Column("sampled_at", Text, primary_key=True),
+    Column("writes", BigInteger, nullable=False),
+    Column("queued", BigInteger, nullable=False),
+)
