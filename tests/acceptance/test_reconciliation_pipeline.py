@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import random
+import threading
 
 import pytest
 import sqlalchemy as sa
@@ -180,3 +182,85 @@ def test_a_rule_added_through_the_cli_is_indexed_by_worker_and_beat(
     coverage = usage_count(db, "m-photo")[0]
     assert coverage.scopes[0].rules == f"extraction-{EXTRACTION_VERSION}.rules-1"
     assert actual_index(db) == expected_index(db)
+
+
+class SteadyWriter(threading.Thread):
+    """A host that never stops: every ``1/per_second`` s it creates, edits or deletes an entry
+    of ``posts`` by plain SQL and sends ``media_usage.after_write`` for it (the fast path)."""
+
+    def __init__(self, db: sa.Engine, existing: int, per_second: float) -> None:
+        super().__init__(daemon=True)
+        self.db, self.existing, self.pause = db, existing, 1 / per_second
+        self.rng = random.Random(3)
+        self.stop = threading.Event()
+        self.written = 0
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        from media_usage_worker.tasks.dispatch import after_write
+
+        try:
+            while not self.stop.wait(self.pause):
+                content_id = self._write()
+                after_write("posts", content_id)
+                self.written += 1
+        except BaseException as exc:  # surfaced by the test, never swallowed
+            self.error = exc
+
+    def _write(self) -> str:
+        roll, n = self.rng.random(), self.written
+        with self.db.begin() as conn:
+            if roll < 0.5:
+                content_id = f"w{n:05d}"
+                conn.execute(
+                    sa.text("INSERT INTO ec_posts (id, hero, gallery) VALUES (:id, :m, :g)"),
+                    {"id": content_id, "m": f"m{n % 89}",
+                     "g": json.dumps([{"image": f"g{n % 13}"}])},
+                )  # fmt: skip
+            else:
+                content_id = f"e{self.rng.randrange(self.existing):05d}"
+                if roll < 0.9:
+                    conn.execute(
+                        sa.text("UPDATE ec_posts SET hero = :m WHERE id = :id"),
+                        {"id": content_id, "m": f"x{n % 53}"},
+                    )
+                else:
+                    conn.execute(sa.text("DELETE FROM ec_posts WHERE id = :id"), {"id": content_id})
+        return content_id
+
+
+def _complete(db: sa.Engine, collection_id: str) -> bool:
+    status = status_row(db, collection_id)
+    return status["status"] == "complete" and status["reconciliation_required"] == 0
+
+
+@pytest.mark.timeout(900)
+def test_a_backfill_reaches_complete_while_the_site_never_stops_writing(
+    db, processes, celery_app
+) -> None:
+    """The writer runs from before activation until after ``complete`` was seen: the run is
+    never restarted by a write, ends while they go on, and the index is exact."""
+    posts = written_before_activation(db, 3000)
+    processes.env["MEDIA_USAGE_RECONCILE_SECONDS"] = "1"
+    processes.env["MEDIA_USAGE_RECONCILE_DEFER_SECONDS"] = "1"
+    processes.env["MEDIA_USAGE_MAX_QUEUED"] = "200"
+    processes.worker(concurrency=2)
+    processes.beat()
+    writer = SteadyWriter(db, 3000, per_second=4)
+    writer.start()
+    try:
+        wait_for(lambda: writer.written >= 4, timeout=30, interval=0.05)
+        activate(db)
+        wait_for(lambda: _complete(db, posts.id), timeout=600, interval=0.05)
+        seen_at = writer.written
+        # Still writing after: ``complete`` was reached with the writer running.
+        wait_for(lambda: writer.written >= seen_at + 8, timeout=30, interval=0.05)
+    finally:
+        writer.stop.set()
+        writer.join(30)
+    assert writer.error is None, writer.error
+    assert writer.is_alive() is False and seen_at >= 8
+    wait_for(lambda: _complete(db, posts.id), timeout=120, interval=0.2)
+    assert actual_source_keys(db) == expected_source_keys(db)
+    mismatches = actual_index(db) ^ expected_index(db)
+    assert mismatches == set(), sorted(mismatches)[:10]

@@ -42,3 +42,15 @@ def quiet(engine: sa.Engine) -> bool:
         return False
     _, _, details = overview(engine)
     return all(d.coverage == "complete" for d in details)
+
+
+def reconciled(engine: sa.Engine) -> bool:
+    """Every collection's reconciliation has ended: indexed whole but for queued writes."""
+    with engine.connect() as conn:
+        waiting = conn.execute(
+            sa.text(
+                "SELECT count(*) FROM _emdash_media_usage_index_status "
+                "WHERE capture_state = 'active' AND reconciliation_required <> 0"
+            )
+        ).scalar_one()
+    return waiting == 0

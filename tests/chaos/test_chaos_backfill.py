@@ -1,6 +1,7 @@
 """A backfill under fire, with large claims: entries written before activation are reconciled in
 claims of up to 1,000 items while a worker is SIGKILLed every 1.5 s, Redis is flushed and
-restarted, and a host keeps writing. Nothing may be lost, no stale holder may write, and
+restarted, and a host keeps writing. The writer never stops before the reconciliation has
+ended: it must end while the site writes. Nothing may be lost, no stale holder may write, and
 coverage must end ``complete`` with the index equal to a fresh extraction.
 """
 
@@ -20,7 +21,7 @@ from media_usage_worker.repository.activation import activate
 from media_usage_worker.repository.db import create_engine
 from media_usage_worker.repository.sample_content import create_sample_collections, write_entries
 from tests.chaos import audit
-from tests.chaos.pipeline import quiet, work_by_state
+from tests.chaos.pipeline import quiet, reconciled, work_by_state
 from tests.chaos.writer import ContentWriter
 from tests.index_oracle import actual_index, expected_index
 from tests.processes import wait_for
@@ -46,15 +47,15 @@ def test_a_backfill_in_large_claims_loses_nothing_under_kills_and_flushes(
     pool = [fleet.worker(concurrency=1) for _ in range(2)]
     fleet.beat()
     activate(engine)
-    writer = ContentWriter(url, 200, per_second=20, seed=8)
+    writer = ContentWriter(url, 10**6, per_second=10, seed=8)  # stopped below, never done
     writer.start()
     rng = random.Random(5)
     events = {"flushall": 0, "redis_restart": 0}
     kills = 0
     started = time.monotonic()
-    while not quiet(engine) and time.monotonic() - started < CHAOS_SECONDS:
+    while not reconciled(engine) and time.monotonic() - started < CHAOS_SECONDS:
         time.sleep(KILL_EVERY)  # the pace of the disruptions, not a synchronisation
-        if quiet(engine):
+        if reconciled(engine):
             break
         victim = rng.randrange(len(pool))
         fleet.kill(pool[victim])
@@ -67,6 +68,9 @@ def test_a_backfill_in_large_claims_loses_nothing_under_kills_and_flushes(
         elif elapsed > 4 and not events["redis_restart"]:
             chaos_redis.restart()
             events["redis_restart"] = 1
+    wait_for(lambda: reconciled(engine), timeout=DEADLINE, interval=0.2)
+    assert writer.is_alive() and writer.error is None, "the writer stopped before the end"
+    writer.stop.set()
     writer.join(timeout=60)
     assert writer.error is None, writer.error
     wait_for(lambda: quiet(engine), timeout=DEADLINE, interval=0.5)
