@@ -141,6 +141,7 @@ def run(
             f"{percentile(first, 50):.1f} ms p99 {percentile(first, 99):.1f} ms (n=20); "
             f"full listing of {listed:,}: {full:.2f} s"
         )
+        lines.append(_answers_under_writes(engine, dialect))
         writer = _Writer(engine, rate)
         writer.start()
         baseline_start = time.monotonic()
@@ -165,6 +166,33 @@ def run(
         lines += _purge(bench, engine, dialect, rate, baseline)
         engine.dispose()
     return lines
+
+
+# Steady state on a busy site: tries of ``unused`` and of ``retire`` of a free item while a
+# writer commits ``ANSWER_RATE`` captured writes a second (each waits in the queue until the
+# drainer indexes it).
+ANSWER_RATE = 10.0
+ANSWER_TRIES = 100
+
+
+def _answers_under_writes(engine: sa.Engine, dialect: str) -> str:
+    writer = _Writer(engine, ANSWER_RATE, prefix="a")
+    writer.start()
+    answered = retired = 0
+    queued_seen = 0
+    for _ in range(ANSWER_TRIES):
+        page = cleanup.unused(engine, UnusedFilter(), limit=1)
+        answered += page.known
+        queued_seen += page.coverage != "complete"
+        if page.known and page.items:
+            retired += len(cleanup.retire(engine, [page.items[0].id], actor="bench").retired)
+        time.sleep(1 / ANSWER_RATE)  # pacing the tries, not synchronisation
+    writer.finish()
+    return (
+        f"cleanup {dialect} at {ANSWER_RATE:g} writes/s: unused answered {answered} of "
+        f"{ANSWER_TRIES} tries ({queued_seen} of them with a write queued), retire of a free "
+        f"item succeeded {retired} of {ANSWER_TRIES}"
+    )
 
 
 def _purge(

@@ -417,3 +417,13 @@ def test_sources_list_shows_paths_in_a_column_of_their_own_sorted_by_kind(site) 
     assert [row[0] for row in rows] == ["byline", "settings", f"table:{MENU}", "user"]
     # The declared table is empty: complete at once (its coverage is the last column).
     assert rows[2] == [f"table:{MENU}", "id", "items=json", "items[].image", "complete"]
+
+
+def test_a_queued_settings_write_is_read_for_the_clean_up_not_waited_for(site) -> None:
+    sql(site, "INSERT INTO options (name, value) VALUES ('site:favicon', :v)",
+        v=json.dumps({"mediaId": "m1", "hero": f"{FILE_URL}f3.png"}))  # fmt: skip
+    assert status_row(site, "source-options")["status"] == "stale"  # queued, not indexed
+    page = MediaUsage(site).unused()
+    assert page.known and {"m1", "m3"}.isdisjoint(i.id for i in page.items)
+    result = MediaUsage(site).retire(["m1", "m2", "m3"])
+    assert (result.retired, result.refused) == (["m2"], {"m1": "used", "m3": "used"})

@@ -127,7 +127,8 @@ BROKEN_GUARDS = {
     "not required": ("UPDATE _emdash_media_usage_index_status SET reconciliation_required = 0", {}),
     "not running": ("UPDATE _emdash_media_usage_index_status SET status = 'stale'", {}),
     "status cursor": ("UPDATE _emdash_media_usage_index_status SET cursor = 'OTHER'", {}),
-    "status epoch": ("UPDATE _emdash_media_usage_index_status SET change_epoch = 10", {}),
+    # Behind the run's own epoch: not the run that bumped it (a write moves it ahead instead).
+    "status epoch": ("UPDATE _emdash_media_usage_index_status SET change_epoch = 1", {}),
     "activation": ("UPDATE _emdash_media_usage_activation SET state = 'activating'", {}),
     "tombstone": (
         "INSERT INTO _emdash_media_usage_collection_deletions (collection_id, "
@@ -151,6 +152,19 @@ def test_enqueue_writes_nothing_unless_the_run_owns_the_collection(
         get_work(db, reconciling_posts.id, "a") is None
         and get_work(db, reconciling_posts.id, "b") is None
     )
+
+
+def test_a_write_during_the_run_does_not_stop_its_enqueue(repo, reconciling_posts, db) -> None:
+    """A write moved the epoch past the run's: the run still owns the collection, and its page
+    leaves the written entry's newer row alone."""
+    insert_work(db, reconciling_posts, "written", change_epoch=EPOCH + 1, work_version=2)
+    with db.begin() as conn:
+        conn.execute(sa.text("UPDATE _emdash_media_usage_index_status SET change_epoch = :e"),
+                     {"e": EPOCH + 1})  # fmt: skip
+    enqueue(repo, reconciling_posts, ["a", "written"])
+    assert get_work(db, reconciling_posts.id, "a")["change_epoch"] == EPOCH
+    written = get_work(db, reconciling_posts.id, "written")
+    assert (written["change_epoch"], written["work_version"]) == (EPOCH + 1, 2)
 
 
 @pytest.mark.parametrize(
