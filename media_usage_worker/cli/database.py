@@ -19,13 +19,24 @@ def db() -> None:
 
 @db.command("upgrade")
 @database_url_option
+@click.option("--check", is_flag=True, help="Print what would change; change nothing.")
 @handle_errors
-def db_upgrade(database_url: str) -> None:
-    """Apply every migration (idempotent)."""
-    from media_usage_worker.repository.migrate import current_revision, upgrade
+def db_upgrade(database_url: str, check: bool) -> None:
+    """Apply every migration and adopt the media usage tables the database already has
+    (idempotent): one line per table that gains columns or indexes."""
+    from media_usage_worker.repository.migrate import current_revision, upgrade, upgrade_plan
 
-    with open_engine(database_url, create=True, migrated=False) as engine:
-        upgrade(engine)
+    with open_engine(database_url, create=not check, migrated=False) as engine:
+        if check:
+            pending, plan = upgrade_plan(engine)
+            click.echo(f"migrations to apply: {', '.join(pending) or 'none'}")
+            for change in plan:
+                click.echo(change.shown())
+            if not plan:
+                click.echo("existing tables: nothing to add")
+            return
+        for change in upgrade(engine):
+            click.echo(change.shown().replace(": adds ", ": added ", 1))
         click.echo(f"database at revision {current_revision(engine)}")
 
 

@@ -141,3 +141,8 @@ class ItemsFailed(MediaUsageError):
 
 class DatabaseNotReady(MediaUsageError):
     """The database does not exist yet or lacks this code's schema: run media-usage db upgrade."""
+
+
+class CannotAdopt(MediaUsageError):
+    """An existing media usage table cannot be adopted as it is (a column of another type):
+    nothing was changed."""

@@ -14,7 +14,7 @@ Pure: what a source is and how its identity reads; ``repository.host_sources`` s
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -205,12 +205,29 @@ def _label(kind: SourceKind, table: str) -> str:
     return f"table:{table}" if kind == SourceKind.TABLE else kind.value
 
 
-# emdash's own tables that hold media references outside content, built in.
+# emdash's own tables that hold media references outside content, built in, with every column
+# that may hold media in one of its versions: a user's avatar is ``avatar_url`` (a media file
+# URL) in emdash, ``avatar_id`` where a host keeps a media id. A built-in source reads the
+# ones its table has (``built_in_for``).
 BUILT_IN: Sequence[HostSource] = (
     HostSource(SourceKind.SETTINGS, "options", "name", (("value", ColumnKind.JSON),)),
-    HostSource(SourceKind.USER, "users", "id", (("avatar_id", ColumnKind.MEDIA_ID),)),
+    HostSource(
+        SourceKind.USER, "users", "id",
+        (("avatar_url", ColumnKind.URL), ("avatar_id", ColumnKind.MEDIA_ID)),
+    ),
     HostSource(
         SourceKind.BYLINE, "_emdash_bylines", "id", (("avatar_media_id", ColumnKind.MEDIA_ID),)
     ),
-)
+)  # fmt: skip
+
+
+def built_in_for(shape: HostSource, present: Collection[str]) -> HostSource | None:
+    """The built-in source ``shape`` over a table with the columns ``present``: the media
+    columns it has; ``None`` when it lacks the key or every media column."""
+    columns = tuple((name, kind) for name, kind in shape.columns if name in present)
+    if shape.key_column not in present or not columns:
+        return None
+    return HostSource(shape.kind, shape.table, shape.key_column, columns)
+
+
 BUILT_IN_TABLES = frozenset(source.table for source in BUILT_IN)

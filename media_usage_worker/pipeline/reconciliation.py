@@ -202,6 +202,7 @@ class Reconciler:
         barrier = self._work_barrier(c)
         if barrier is not None:
             return barrier
+        store.drop_foreign_rows(self.engine, c)
         if store.finalize(self.engine, c) is not None:
             return StepReport(c.collection_slug, Phase.SOURCES, Action.COMPLETED)
         if store.run_still_owned(self.engine, c):

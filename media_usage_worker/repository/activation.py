@@ -145,7 +145,7 @@ def activate(engine: sa.Engine) -> list[str]:
                 .where(_status.capture_state != CaptureState.ACTIVE)
             )
         for source in host_sources.all_sources(conn):
-            _capture_source(conn, source)
+            capture_source(conn, source)
         triggers.install_revisions(conn)
         conn.execute(
             schema.activation.update()
@@ -242,8 +242,9 @@ def deactivate(engine: sa.Engine) -> list[str]:
     return slugs
 
 
-def _capture_source(conn: sa.Connection, source: HostSource) -> None:
-    """What ``activate`` does for a collection, for a source beyond content."""
+def capture_source(conn: sa.Connection, source: HostSource) -> None:
+    """What ``activate`` does for a collection, for a source beyond content (in the
+    caller's transaction): triggers, and its coverage row made active."""
     try:
         host_sources.check_against_catalog(conn, source)
     except InvalidSource as exc:

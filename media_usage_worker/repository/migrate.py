@@ -21,6 +21,7 @@ from alembic.script import ScriptDirectory
 
 from media_usage_worker.domain.errors import DatabaseNotReady, InvalidArgument
 from media_usage_worker.repository import statistics
+from media_usage_worker.repository.adoption import TableAdoption, adopt, adoption_plan
 from media_usage_worker.repository.db import create_engine, refuse_missing_sqlite_file
 
 VERSION_TABLE = "_media_usage_worker_migrations"
@@ -56,13 +57,34 @@ def _migrating(url_or_engine: str | sa.Engine) -> Iterator[sa.Connection]:
         yield connection
 
 
-def upgrade(url_or_engine: str | sa.Engine, revision: str = "head") -> None:
-    """Apply migrations up to ``revision`` (default: all). Running it again changes nothing."""
+def upgrade(url_or_engine: str | sa.Engine, revision: str = "head") -> list[TableAdoption]:
+    """Apply migrations up to ``revision`` (default: all), and adopt the media usage tables the
+    database already had (``repository.adoption``): what each gained. Running it again
+    changes nothing. One transaction: a table that cannot be adopted changes nothing at all."""
     with _migrating(url_or_engine) as connection:
+        # Before the migrations, so that they read existing tables whole; after, for tables a
+        # migration of an older version left behind.
+        adopted = adoption_plan(connection)
+        adopt(connection, adopted)
         command.upgrade(_config(connection), revision)
+        later = adoption_plan(connection)
+        adopt(connection, later)
     # Statistics for the planner from the start (repository.statistics).
     with _engine(url_or_engine) as engine:
         statistics.refresh(engine)
+    return adopted + later
+
+
+def upgrade_plan(url_or_engine: str | sa.Engine) -> tuple[list[str], list[TableAdoption]]:
+    """What ``upgrade`` would do, doing nothing: the revisions it would apply, oldest first,
+    and what it would add to the tables the database already has."""
+    with _engine(url_or_engine) as engine, engine.connect() as connection:
+        context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
+        current = context.get_current_revision()
+        scripts = ScriptDirectory.from_config(_config_without_connection())
+        pending = [s.revision for s in scripts.iterate_revisions("head", current or "base")]
+        plan = adoption_plan(connection)
+    return list(reversed(pending)), plan
 
 
 def downgrade(url_or_engine: str | sa.Engine, revision: str = "base") -> None:

@@ -42,6 +42,7 @@ from media_usage_worker.repository.schema import (
     ADAPTER_ID,
     SCOPE_TYPE,
     index_status,
+    occurrences,
     reconciliations,
     sources,
     work,
@@ -422,6 +423,39 @@ def work_states(engine: sa.Engine, c: Coordinator) -> set[WorkState]:
     )  # fmt: skip
     with transaction(engine) as conn:
         return {WorkState(state) for state in conn.execute(query).scalars()}
+
+
+def drop_foreign_rows(engine: sa.Engine, c: Coordinator) -> int:
+    """Delete the index rows of the collection this project did not write and no read trusts:
+    emdash's own, keyed by the collection's slug (written by its in-process refresh before
+    capture, or beside it on 0.32), and occurrences of a superseded generation (emdash leaves
+    them to its own clean-up job; this project deletes them as it promotes the next). The run
+    has by now indexed every entry of the collection into rows of its own, so what these
+    named is found again wherever it is still used. Returns the rows deleted."""
+    legacy = sa.select(_s.source_key).where(
+        _s.source_type == "content",
+        _s.collection_slug == c.collection_slug,
+        sa.or_(
+            _s.collection_id.is_(None),
+            _s.collection_id != c.collection_id,
+            _s.identity_version.is_(None),
+            _s.identity_version != 1,
+        ),
+    )
+    current = sa.select(1).where(
+        _s.source_key == occurrences.c.source_key,
+        _s.current_generation == occurrences.c.generation,
+    )
+    own = sa.select(_s.source_key).where(*_content_sources(c.collection_id))
+    with transaction(engine) as conn:
+        deleted = conn.execute(
+            occurrences.delete().where(occurrences.c.source_key.in_(legacy))
+        ).rowcount
+        deleted += conn.execute(sources.delete().where(_s.source_key.in_(legacy))).rowcount
+        deleted += conn.execute(
+            occurrences.delete().where(occurrences.c.source_key.in_(own), ~sa.exists(current))
+        ).rowcount
+    return int(deleted)
 
 
 # The status row, locked for the finalize (SKIP LOCKED: a host transaction holding it is

@@ -539,6 +539,9 @@ users = Table(
     Column("id", Text, primary_key=True, nullable=True),
     Column("email", Text, nullable=False, unique=True),
     Column("name", Text),
+    # emdash's avatar: a media file URL. ``avatar_id`` (a media id) is this project's older
+    # shape; the user source reads whichever of the two a table has.
+    Column("avatar_url", Text),
     Column("avatar_id", Text),
     Column("role", Integer, nullable=False, server_default=sa.text("10")),
     _legacy_now("created_at"),

@@ -8,7 +8,7 @@ import sqlalchemy as sa
 from alembic import op
 
 from media_usage_worker.domain.errors import DowngradeRefused
-from media_usage_worker.domain.host_sources import BUILT_IN, SourceKind
+from media_usage_worker.domain.host_sources import BUILT_IN, SourceKind, built_in_for
 from media_usage_worker.repository.host_sources import registry_row
 from media_usage_worker.repository.schema import HOST_REFERENCE_TABLES, host_sources
 
@@ -25,11 +25,11 @@ def upgrade() -> None:
     # they are; a downgrade drops them only while they are empty).
     for table in HOST_REFERENCE_TABLES:
         table.create(bind, checkfirst=True)
-    # The built-in sources, where the host's table has the columns they read.
+    # The built-in sources, over the columns the host's table has.
     inspector = sa.inspect(bind)
-    for source in BUILT_IN:
-        have = {c["name"] for c in inspector.get_columns(source.table)}
-        if {source.key_column, *(name for name, _ in source.columns)} <= have:
+    for shape in BUILT_IN:
+        source = built_in_for(shape, {c["name"] for c in inspector.get_columns(shape.table)})
+        if source is not None:
             bind.execute(host_sources.insert().values(**registry_row(source)))
 
 

@@ -1,0 +1,206 @@
+"""Adopting databases emdash's own code made (tests/fixtures/emdash): ``db upgrade`` adds what
+emdash's tables lack, activation and a reconciliation index the site, and every media item's
+uses agree with a truth computed here from the rows themselves."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from media_usage_worker.api import MediaUsage
+from media_usage_worker.repository.activation import activate
+from media_usage_worker.repository.adoption import adoption_plan
+from media_usage_worker.repository.db import create_engine
+from media_usage_worker.repository.migrate import upgrade
+from tests.integration.test_sources import settle
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "emdash"
+SITES = ("site-0.32.db", "site-0.34.0-inactive.db", "site-0.34.0.db")
+
+
+@pytest.fixture(params=SITES)
+def emdash_site(request, tmp_path) -> sa.Engine:
+    path = tmp_path / request.param
+    shutil.copy(FIXTURES / request.param, path)
+    path.chmod(0o600)
+    engine = create_engine(f"sqlite:///{path}")
+    yield engine
+    engine.dispose()
+
+
+def texts(conn: sa.Connection) -> list[str]:
+    """Every text that can name a media item on an emdash site: each entry's fields (trashed
+    entries too) and its draft revision's, the settings, the avatars. A field emdash deleted
+    is no use, even where an old revision still holds its value."""
+    found: list[str] = []
+    registry = conn.execute(
+        sa.text("SELECT c.slug, f.slug FROM _emdash_fields f "
+                "JOIN _emdash_collections c ON c.id = f.collection_id")
+    ).all()  # fmt: skip
+    fields: dict[str, set[str]] = {}
+    for collection, field in registry:
+        fields.setdefault(collection, set()).add(field)
+    for collection, names in fields.items():
+        for row in conn.execute(sa.text(f'SELECT * FROM "ec_{collection}"')).mappings():
+            found += [str(row[n]) for n in names if row.get(n) is not None]
+            if row.get("draft_revision_id"):
+                data = conn.execute(
+                    sa.text("SELECT data FROM revisions WHERE id = :i"),
+                    {"i": row["draft_revision_id"]},
+                ).scalar_one_or_none()
+                draft = json.loads(data) if data else {}
+                found += [json.dumps(draft[n]) for n in names if n in draft]
+    found += conn.execute(sa.text("SELECT value FROM options")).scalars().all()
+    found += [v for v in conn.execute(sa.text("SELECT avatar_url FROM users")).scalars() if v]
+    found += [
+        v for v in conn.execute(sa.text("SELECT avatar_media_id FROM _emdash_bylines")).scalars()
+        if v
+    ]  # fmt: skip
+    return found
+
+
+def truly_used(engine: sa.Engine) -> tuple[set[str], set[str]]:
+    """(every media id, those some text names by id or by its file's storage key)."""
+    with engine.connect() as conn:
+        library = conn.execute(sa.text("SELECT id, storage_key FROM media")).all()
+        every = "\n".join(texts(conn))
+    used = {i for i, key in library if i in every or (key and f"/{key}" in every)}
+    return {i for i, _ in library}, used
+
+
+def test_db_upgrade_adopts_emdash_tables_and_the_index_agrees_with_the_rows(
+    emdash_site,
+) -> None:
+    adopted = upgrade(emdash_site)
+    with emdash_site.connect() as conn:
+        assert adoption_plan(conn) == []  # nothing left to add
+    assert upgrade(emdash_site) == []  # a second run changes nothing
+    if "0.32" in str(emdash_site.url):
+        assert {a.table for a in adopted} >= {
+            "_emdash_media_usage_index_status", "_emdash_media_usage_sources",
+        }  # fmt: skip
+    activate(emdash_site)
+    settle(emdash_site)
+    library, used = truly_used(emdash_site)
+    assert used and library - used, "the fixture has used and unused items"
+    index = MediaUsage(emdash_site)
+    page = index.unused(limit=100)
+    assert page.known
+    assert {item.id for item in page.items} == library - used
+    for media_id in sorted(used):
+        assert index.usage(media_id).entries, media_id
+
+
+def test_the_user_avatar_emdash_stores_as_a_url_is_a_use(emdash_site) -> None:
+    upgrade(emdash_site)
+    activate(emdash_site)
+    settle(emdash_site)
+    with emdash_site.connect() as conn:
+        url = conn.execute(sa.text("SELECT avatar_url FROM users")).scalar_one()
+        avatar = conn.execute(
+            sa.text("SELECT id FROM media WHERE :u LIKE '%/' || storage_key"), {"u": url}
+        ).scalar_one()
+    kinds = {entry.kind for entry in MediaUsage(emdash_site).usage(avatar).entries}
+    assert "user" in kinds
+    assert MediaUsage(emdash_site).retire([avatar]).refused == {avatar: "used"}
+
+
+def db_cli(url: str, *args: str):
+    from click.testing import CliRunner
+
+    from media_usage_worker.cli import main
+
+    return CliRunner().invoke(main, ["db", *args, "--database-url", url])
+
+
+def test_db_upgrade_check_prints_the_plan_and_changes_nothing(tmp_path) -> None:
+    path = tmp_path / "site.db"
+    shutil.copy(FIXTURES / "site-0.32.db", path)
+    path.chmod(0o600)
+    url = f"sqlite:///{path}"
+    before = path.read_bytes()
+    planned = db_cli(url, "upgrade", "--check")
+    assert planned.exit_code == 0, planned.output
+    assert "migrations to apply: 0001_core_content_registry," in planned.output
+    assert (
+        "_emdash_media_usage_index_status: adds 5 column(s) (collection_id, change_epoch, "
+        "reconciliation_required, last_incremental_success_at, capture_state)" in planned.output
+    )
+    assert path.read_bytes() == before
+    done = db_cli(url, "upgrade")
+    assert done.exit_code == 0, done.output
+    assert "_emdash_media_usage_index_status: added 5 column(s)" in done.output
+    again = db_cli(url, "upgrade", "--check")
+    assert "migrations to apply: none" in again.output
+    assert "existing tables: nothing to add" in again.output
+
+
+def test_a_table_that_cannot_be_adopted_is_one_error_and_no_change(tmp_path) -> None:
+    path = tmp_path / "site.db"
+    shutil.copy(FIXTURES / "site-0.32.db", path)
+    path.chmod(0o600)
+    url = f"sqlite:///{path}"
+    engine = create_engine(url)
+    with engine.begin() as conn:  # a host's own column of that name, holding text
+        conn.execute(sa.text(
+            "ALTER TABLE _emdash_media_usage_index_status ADD COLUMN change_epoch TEXT"
+        ))  # fmt: skip
+    engine.dispose()
+    before = path.read_bytes()
+    refused = db_cli(url, "upgrade")
+    assert refused.exit_code != 0
+    assert (
+        "Table _emdash_media_usage_index_status: column change_epoch holds text values"
+        in refused.output
+    )
+    assert "nothing was changed" in refused.output
+    assert path.read_bytes() == before
+
+
+def emdash_032_statements() -> list[str]:
+    """emdash 0.32's own DDL of its media usage tables, read from the database it made."""
+    with sa.create_engine(f"sqlite:///{FIXTURES / 'site-0.32.db'}").connect() as conn:
+        return list(
+            conn.execute(
+                sa.text("SELECT sql FROM sqlite_master WHERE name LIKE '%emdash_media_usage%' "
+                        "AND sql IS NOT NULL ORDER BY type DESC, name")
+            ).scalars()
+        )  # fmt: skip
+
+
+def test_emdash_032_tables_are_adopted_on_both_dialects(engine, dialect) -> None:
+    """The tables as emdash 0.32's SQL creates them (on PostgreSQL its SQLite clock default
+    becomes PostgreSQL's), then ``db upgrade``, activation and an entry indexed."""
+    with engine.begin() as conn:
+        for statement in emdash_032_statements():
+            if dialect == "postgresql":
+                statement = statement.replace(
+                    "(datetime('now'))", "(to_char(now(), 'YYYY-MM-DD HH24:MI:SS'))"
+                )
+            conn.execute(sa.text(statement))
+    adopted = {a.table: a for a in upgrade(engine)}
+    assert "capture_state" in adopted["_emdash_media_usage_index_status"].columns
+    assert "identity_version" in adopted["_emdash_media_usage_sources"].columns
+    with engine.connect() as conn:
+        assert adoption_plan(conn) == []
+    from media_usage_worker.domain.content_model import FieldDefinition
+    from media_usage_worker.repository.collections import create_collection
+    from media_usage_worker.repository.schema import media
+    from tests.support import drain
+
+    with engine.begin() as conn:
+        conn.execute(media.insert(), [
+            {"id": i, "filename": f"{i}.png", "mime_type": "image/png", "storage_key": f"{i}.png"}
+            for i in ("m1", "m2")
+        ])  # fmt: skip
+    create_collection(engine, "posts", "Posts", [FieldDefinition("hero", "Hero", "image")])
+    activate(engine)
+    settle(engine)
+    with engine.begin() as conn:
+        conn.execute(sa.text("INSERT INTO ec_posts (id, hero) VALUES ('p1', 'm1')"))
+    drain(engine)
+    assert [item.id for item in MediaUsage(engine).unused().items] == ["m2"]
