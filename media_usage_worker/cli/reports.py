@@ -148,6 +148,8 @@ def _why(detail: Any) -> str | None:
         "running"
     ):
         return _WHY[ErrorCode.RULES_CHANGED]  # read under new rules before a tick marked it
+    if detail.status == "complete":
+        return "fields changed since it was indexed"  # by the CMS, before a tick marked it
     code = detail.last_error_code
     return _WHY.get(code, code) if code else "content written since"
 

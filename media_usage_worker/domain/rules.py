@@ -25,14 +25,25 @@ class RulesState:
     rules_revision: int = 0
     indexed_extraction_version: int | None = None
     indexed_rules_revision: int | None = None
+    indexed_fields: str | None = None  # the fingerprint of the fields it was indexed with
+    current_fields: str | None = None  # the fingerprint of its fields in the registry now
 
     @property
     def current(self) -> bool:
-        """The index was computed under the running rules."""
+        """The index was computed under the running rules, with the fields it has now."""
+        return self.rules_current and self.fields_current
+
+    @property
+    def rules_current(self) -> bool:
         return (
             self.indexed_extraction_version == EXTRACTION_VERSION
             and self.indexed_rules_revision == self.rules_revision
         )
+
+    @property
+    def fields_current(self) -> bool:
+        """The fields were not changed since it was indexed (by the CMS itself, too)."""
+        return self.indexed_fields is not None and self.indexed_fields == self.current_fields
 
     @property
     def indexed_under(self) -> str | None:

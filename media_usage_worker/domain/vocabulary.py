@@ -76,7 +76,8 @@ class ReconciliationAction(StrEnum):
     SOURCES = "sources"  # the scan is done: on to entries whose content is gone
     COMPLETED = "completed"  # coverage is complete
     FAILED = "failed"  # the step failed (retried), or an entry failed the run
-    RULES_CHANGED = "rules_changed"  # indexed under other rules: reconciled again
+    RULES_CHANGED = "rules_changed"  # indexed under other rules or fields: reconciled again
+    CAPTURED = "captured"  # a collection the CMS created itself: captured, to be reconciled
 
 
 class DeletionStepEnd(StrEnum):

@@ -31,8 +31,9 @@ from media_usage_worker.domain.vocabulary import ReconciliationPhase as Phase
 from media_usage_worker.repository import reconciliation as store
 from media_usage_worker.repository import statistics
 from media_usage_worker.repository import work_rescan as rescan
+from media_usage_worker.repository.activation import capture_new_collections
 from media_usage_worker.repository.reconciliation import Coordinator
-from media_usage_worker.repository.rules import mark_rules_changed
+from media_usage_worker.repository.rules import mark_fields_changed, mark_rules_changed
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
@@ -82,11 +83,13 @@ class Reconciler:
         deadline = time.monotonic() + budget_seconds
         if not store.drop_finished(self.engine):
             return []
-        # Indexed under other extraction rules: no longer complete, reconciled like the rest.
-        reports = [
-            StepReport(slug, Phase.SCAN, Action.RULES_CHANGED)
-            for slug in mark_rules_changed(self.engine)
-        ]
+        # Indexed under other extraction rules, or with fields the CMS changed itself since:
+        # no longer complete, reconciled like the rest. A collection the CMS created itself
+        # is captured first.
+        captured = capture_new_collections(self.engine)
+        changed = mark_rules_changed(self.engine) + mark_fields_changed(self.engine)
+        reports = [StepReport(slug, Phase.SCAN, Action.RULES_CHANGED) for slug in changed]
+        reports += [StepReport(slug, Phase.SCAN, Action.CAPTURED) for slug in captured]
         store.reopen_failed_after_new_writes(self.engine)
         store.seed(self.engine)
         while len(reports) < max_steps and time.monotonic() < deadline:

@@ -135,15 +135,7 @@ def activate(engine: sa.Engine) -> list[str]:
                 )
             if not sa.inspect(conn).has_table(content_table_name(slug)):
                 raise ActivationError(f"Collection {slug!r} has no ec_{slug} table.")
-            if not _capture_is_active(conn, collection_id, slug):
-                _prepare_for_activation(conn, collection_id, slug)
-            triggers.install(conn, collection_id, slug)
-            conn.execute(
-                schema.index_status.update()
-                .where(_status_row_for(collection_id, slug))
-                .values(capture_state=CaptureState.ACTIVE, updated_at=db_now())
-                .where(_status.capture_state != CaptureState.ACTIVE)
-            )
+            capture_collection(conn, collection_id, slug)
         for source in host_sources.all_sources(conn):
             capture_source(conn, source)
         triggers.install_revisions(conn)
@@ -165,6 +157,48 @@ def activate(engine: sa.Engine) -> list[str]:
             )
         )
     return [slug for _, slug in rows]
+
+
+def capture_collection(conn: sa.Connection, collection_id: str, slug: str) -> None:
+    """What ``activate`` does for one collection, in the caller's transaction: its triggers,
+    and a status row with capture active (one not captured before needs reconciling)."""
+    if not _capture_is_active(conn, collection_id, slug):
+        _prepare_for_activation(conn, collection_id, slug)
+    triggers.install(conn, collection_id, slug)
+    conn.execute(
+        schema.index_status.update()
+        .where(_status_row_for(collection_id, slug))
+        .values(capture_state=CaptureState.ACTIVE, updated_at=db_now())
+        .where(_status.capture_state != CaptureState.ACTIVE)
+    )
+
+
+def capture_new_collections(engine: sa.Engine) -> list[str]:
+    """Capture every collection the CMS registered itself after activation (a registry row
+    and its content table, no capture yet), as ``activate`` would; nothing before activation.
+    Its slugs. A slug that is not a safe identifier, or a collection being deleted, is left
+    alone (its coverage stays ``never``: unused does not answer over it)."""
+    registry = schema.collections.c
+    uncaptured = (
+        sa.select(registry.id, registry.slug)
+        .where(
+            ~sa.exists(sa.select(1).where(*active_status_row(registry.id, registry.slug))),
+            ~sa.exists(
+                sa.select(1).where(schema.collection_deletions.c.collection_id == registry.id)
+            ),
+        )
+        .order_by(registry.slug)
+    )
+    captured = []
+    with engine.begin() as conn:
+        if not is_activation_active(conn):
+            return []
+        for collection_id, slug in conn.execute(uncaptured).all():
+            safe = isinstance(slug, str) and COLLECTION_SLUG_PATTERN.fullmatch(slug)
+            if safe and sa.inspect(conn).has_table(content_table_name(slug)):
+                capture_collection(conn, collection_id, slug)
+                captured.append(slug)
+    return captured
 
 
 def _capture_is_active(conn: sa.Connection, collection_id: str, slug: str) -> bool:

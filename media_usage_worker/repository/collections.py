@@ -6,18 +6,14 @@ row and, once capture is active, its capture triggers. A half-created collection
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError, ProgrammingError
 
 from media_usage_worker.domain.content_model import (
-    MAX_VALIDATION_DEPTH,
     FieldDefinition,
-    nested_deeper_than,
     validate_collection_slug,
     validate_fields,
     validate_label,
@@ -30,7 +26,6 @@ from media_usage_worker.domain.errors import (
     MediaUsageError,
     SourceNotFound,
 )
-from media_usage_worker.domain.host_sources import ID_PREFIX
 from media_usage_worker.domain.vocabulary import CaptureState, CoverageStatus, ErrorCode
 from media_usage_worker.repository import activation
 from media_usage_worker.repository.clock import db_now
@@ -40,7 +35,8 @@ from media_usage_worker.repository.content_tables import (
     create_content_table,
 )
 from media_usage_worker.repository.db import Bind, on_bind, read_transaction, transaction
-from media_usage_worker.repository.host_sources import all_sources, find_source
+from media_usage_worker.repository.field_registry import load_fields as load_fields  # re-exported
+from media_usage_worker.repository.host_sources import all_sources
 from media_usage_worker.repository.ids import new_ulid
 from media_usage_worker.repository.predicates import registered
 from media_usage_worker.repository.schema import (
@@ -50,7 +46,6 @@ from media_usage_worker.repository.schema import (
     collections,
     fields,
     index_status,
-    reference_paths,
 )
 
 
@@ -183,58 +178,6 @@ class CollectionRegistry:
     get_by_id = on_bind(find_collection_by_id)
     list = on_bind(list_collections)
     fields = on_bind(collection_fields)
-
-
-def load_fields(conn: sa.Connection, collection_id: str) -> list[FieldDefinition]:
-    """The collection's fields, each with the reference paths declared into it; a source
-    beyond content's columns, as fields (``domain.host_sources``)."""
-    declared: dict[str, list[str]] = {}
-    paths = conn.execute(_DECLARED_PATHS, {"collection_id": collection_id}).all()
-    if collection_id.startswith(ID_PREFIX):
-        source = find_source(conn, collection_id)
-        return [] if source is None else source.fields((f, p) for f, p in paths)
-    for field_slug, path in paths:
-        declared.setdefault(field_slug, []).append(path)
-    rows = conn.execute(
-        sa.select(
-            fields.c.slug, fields.c.label, fields.c.type, fields.c.required, fields.c.validation
-        )
-        .where(fields.c.collection_id == collection_id)
-        .order_by(fields.c.sort_order, fields.c.slug)
-    ).all()
-    return [
-        FieldDefinition(
-            slug=row.slug,
-            label=row.label,
-            type=row.type,
-            required=bool(row.required),
-            validation=validation,
-            validation_unreadable=validation is None and row.validation is not None,
-            reference_paths=tuple(declared.get(row.slug, ())),
-        )
-        for row in rows
-        for validation in [_parse_validation(row.validation)]
-    ]
-
-
-_DECLARED_PATHS = (
-    sa.select(reference_paths.c.field_slug, reference_paths.c.path)
-    .where(reference_paths.c.collection_id == sa.bindparam("collection_id"))
-    .order_by(reference_paths.c.path)
-)
-
-
-def _parse_validation(raw: str | None) -> dict[str, Any] | None:
-    """The stored validation object; ``None`` when absent or not a JSON object."""
-    if raw is None:
-        return None
-    try:
-        value = json.loads(raw)
-    except (ValueError, RecursionError):  # nested past the recursion limit is no validation
-        return None
-    if not isinstance(value, dict) or nested_deeper_than(value, MAX_VALIDATION_DEPTH):
-        return None
-    return value
 
 
 def _field_row(collection_id: str, definition: FieldDefinition, position: int) -> sa.Insert:

@@ -32,6 +32,7 @@ from media_usage_worker.repository.projection import (
     media_ids_by_storage_keys_on,
     read_entries_on,
 )
+from media_usage_worker.repository.rules import read_rules_states
 from media_usage_worker.repository.rules_state import rules_current
 from media_usage_worker.repository.schema import ADAPTER_ID, SCOPE_TYPE, index_status, work
 
@@ -75,10 +76,13 @@ _QUEUE = sa.select(_w.collection_id, _w.collection_slug, _w.content_id, _w.state
 def baseline_holds(conn: sa.Connection) -> bool:
     """Every collection and source is indexed whole under the running rules, except entries
     that have a work row."""
-    return (
-        conn.execute(_BASELINE_MISSING).first() is None
-        and conn.execute(_RULES_BEHIND).first() is None
-    )
+    if conn.execute(_BASELINE_MISSING).first() is not None:
+        return False
+    if conn.execute(_RULES_BEHIND).first() is not None:
+        return False
+    # Fields the CMS changed itself since a scope was indexed: not known until reconciled.
+    states = read_rules_states(conn).values()
+    return all(s.fields_current for s in states if s.current_fields is not None)
 
 
 def queued_uses(conn: sa.Connection) -> set[str] | None:

@@ -22,9 +22,9 @@ from media_usage_worker.domain.refresh_plan import (
     is_unchanged,
 )
 from media_usage_worker.domain.snapshots import ContentEntry, Revision, source_key
-from media_usage_worker.repository.collections import load_fields
 from media_usage_worker.repository.content_tables import scope_columns
 from media_usage_worker.repository.db import Bind, read_transaction
+from media_usage_worker.repository.field_registry import load_fields
 from media_usage_worker.repository.predicates import registered
 from media_usage_worker.repository.row_sets import RowSet
 from media_usage_worker.repository.rules import read_media_url_prefixes

@@ -26,9 +26,9 @@ from media_usage_worker.domain.vocabulary import (
 )
 from media_usage_worker.repository.activation import is_activation_active
 from media_usage_worker.repository.clock import db_now
-from media_usage_worker.repository.collections import load_fields
 from media_usage_worker.repository.content_tables import scope_columns
 from media_usage_worker.repository.db import Bind, transaction
+from media_usage_worker.repository.field_registry import load_fields
 from media_usage_worker.repository.ids import new_ulid
 from media_usage_worker.repository.leases import LeasedRows, leased_record, unleased
 from media_usage_worker.repository.predicates import (
@@ -506,7 +506,7 @@ def finalize(engine: sa.Engine, c: Coordinator) -> CoverageStatus | None:
         ).first()  # fmt: skip
         if done is None:
             return None
-        record_indexed_rules(conn, c.collection_id)
+        record_indexed_rules(conn, c.collection_id, c.field_fingerprint)
         conn.execute(
             reconciliations.delete().where(
                 _r.collection_id == c.collection_id, _r.lease_token == c.lease_token

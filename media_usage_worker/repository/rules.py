@@ -28,6 +28,7 @@ from media_usage_worker.repository.collections import (
     invalidate_coverage,
 )
 from media_usage_worker.repository.db import Bind, read_transaction, transaction
+from media_usage_worker.repository.field_registry import current_fingerprints
 from media_usage_worker.repository.rules_state import record_indexed_rules, rules_current
 from media_usage_worker.repository.schema import (
     ADAPTER_ID,
@@ -92,14 +93,42 @@ def mark_rules_changed(bind: Bind) -> list[str]:
 
 
 def read_rules_states(conn: sa.Connection) -> dict[str, RulesState]:
-    """Every collection's rules state by collection id (none recorded: ``RulesState()``)."""
+    """Every collection's rules state by collection id, with the fingerprint of its fields in
+    the registry now (none recorded: ``RulesState()``, never current)."""
+    fingerprints = current_fingerprints(conn)
     rows = conn.execute(
         sa.select(
             r.collection_id, r.rules_revision, r.indexed_extraction_version,
-            r.indexed_rules_revision,
+            r.indexed_rules_revision, r.indexed_fields,
         )
     )  # fmt: skip
-    return {row[0]: RulesState(*row[1:]) for row in rows}
+    return {row[0]: RulesState(*row[1:], fingerprints.get(row[0])) for row in rows}
+
+
+def mark_fields_changed(bind: Bind) -> list[str]:
+    """Take every collection whose fields changed since it was indexed (by the CMS itself,
+    without this project's API) out of ``complete``, as a field added here does: a new epoch,
+    ``stale``, reconciliation required. Its slugs."""
+    marked = []
+    with transaction(bind) as conn:
+        states = read_rules_states(conn)
+        settled = conn.execute(
+            sa.select(st.collection_id, st.scope_key).where(
+                st.adapter_id == ADAPTER_ID,
+                st.scope_type == SCOPE_TYPE,
+                st.capture_state == CaptureState.ACTIVE,
+                st.reconciliation_required == 0,
+            )
+        ).all()
+        for collection_id, slug in settled:
+            state = states.get(collection_id)
+            if state is None or state.current_fields is None:  # not registered any more
+                continue
+            if not state.rules_current or state.fields_current:
+                continue
+            invalidate_coverage(conn, Collection(collection_id, slug, slug), ErrorCode.STALE)
+            marked.append(slug)
+    return sorted(marked)
 
 
 # --- the site's declared rules ---------------------------------------------------------------

@@ -10,6 +10,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from media_usage_worker.domain.rules import EXTRACTION_VERSION
+from media_usage_worker.repository import field_registry
 from media_usage_worker.repository.clock import db_now
 from media_usage_worker.repository.schema import rules_state
 from media_usage_worker.repository.upsert import insert_factory_for
@@ -28,14 +29,19 @@ def rules_current(collection_id: Any) -> sa.Exists:
     )
 
 
-def record_indexed_rules(conn: sa.Connection, collection_id: str) -> None:
-    """The collection is indexed under the running rules: call in the transaction that makes
-    its coverage ``complete`` (that transaction's guards hold the rules still: a change to
-    the declared rules moves the collection's epoch)."""
+def record_indexed_rules(
+    conn: sa.Connection, collection_id: str, fields_fingerprint: str | None = None
+) -> None:
+    """The collection is indexed under the running rules, with the fields whose fingerprint is
+    ``fields_fingerprint`` (default: its fields as the registry has them now): call in the
+    transaction that makes its coverage ``complete`` (that transaction's guards hold the rules
+    still: a change to the declared rules moves the collection's epoch)."""
+    indexed = fields_fingerprint or field_registry.fields_fingerprint(conn, collection_id)
     insert = insert_factory_for(conn.dialect.name)(rules_state).values(
         collection_id=collection_id,
         indexed_extraction_version=EXTRACTION_VERSION,
         indexed_rules_revision=0,
+        indexed_fields=indexed,
         updated_at=db_now(),
     )
     conn.execute(
@@ -44,6 +50,7 @@ def record_indexed_rules(conn: sa.Connection, collection_id: str) -> None:
             set_={
                 "indexed_extraction_version": EXTRACTION_VERSION,
                 "indexed_rules_revision": r.rules_revision,
+                "indexed_fields": indexed,
                 "updated_at": db_now(),
             },
         )

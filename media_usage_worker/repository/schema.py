@@ -486,6 +486,8 @@ rules_state = Table(
     Column("indexed_extraction_version", Integer),
     Column("indexed_rules_revision", BigInteger),
     _sortable_now("updated_at"),
+    # The fingerprint of the fields the index was computed with (``repository.field_registry``).
+    Column("indexed_fields", Text),
 )
 
 # This project's own: the site's declared reference paths (docs/operations.md, "Extraction

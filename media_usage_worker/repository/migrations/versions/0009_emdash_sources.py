@@ -2,7 +2,8 @@
 ``users.avatar_url`` (a media file URL) in emdash, which the user source did not read, so on
 an emdash site it was not registered at all. Each built-in source is registered (or its columns
 brought up to date) over what its table has; on an active database it is captured, and one
-whose columns changed is re-indexed.
+whose columns changed is re-indexed. The rules record also keeps the fingerprint of the
+fields each index was computed with, so a field the CMS adds or deletes itself is noticed.
 
 Revision ID: 0009_emdash_sources
 Revises: 0008_pace
@@ -18,7 +19,7 @@ from media_usage_worker.domain.vocabulary import ErrorCode
 from media_usage_worker.repository.activation import capture_source, is_activation_active
 from media_usage_worker.repository.collections import Collection, invalidate_coverage
 from media_usage_worker.repository.host_sources import registry_row
-from media_usage_worker.repository.schema import host_sources
+from media_usage_worker.repository.schema import host_sources, rules_state
 
 revision = "0009_emdash_sources"
 down_revision = "0008_pace"
@@ -31,6 +32,8 @@ _h = host_sources.c
 def upgrade() -> None:
     bind = op.get_bind()
     inspector = sa.inspect(bind)
+    if "indexed_fields" not in {c["name"] for c in inspector.get_columns(rules_state.name)}:
+        op.add_column(rules_state.name, sa.Column("indexed_fields", sa.Text()))
     active = is_activation_active(bind)
     for shape in BUILT_IN:
         if not inspector.has_table(shape.table):
@@ -60,4 +63,6 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    """Nothing to undo: the sources stay registered over the columns their tables have."""
+    """The sources stay registered over the columns their tables have."""
+    with op.batch_alter_table(rules_state.name) as batch:
+        batch.drop_column("indexed_fields")
