@@ -41,6 +41,7 @@ from media_usage_worker.repository.rules import record_indexed_rules
 from media_usage_worker.repository.schema import (
     ADAPTER_ID,
     SCOPE_TYPE,
+    generation_writes,
     index_status,
     occurrences,
     reconciliations,
@@ -446,6 +447,12 @@ def drop_foreign_rows(engine: sa.Engine, c: Coordinator) -> int:
         _s.source_key == occurrences.c.source_key,
         _s.current_generation == occurrences.c.generation,
     )
+    # A generation emdash is still writing (its write lease, whatever its age) is not
+    # superseded: it may become current.
+    being_written = sa.select(1).where(
+        generation_writes.c.source_key == occurrences.c.source_key,
+        generation_writes.c.generation == occurrences.c.generation,
+    )
     own = sa.select(_s.source_key).where(*_content_sources(c.collection_id))
     with transaction(engine) as conn:
         deleted = conn.execute(
@@ -453,7 +460,9 @@ def drop_foreign_rows(engine: sa.Engine, c: Coordinator) -> int:
         ).rowcount
         deleted += conn.execute(sources.delete().where(_s.source_key.in_(legacy))).rowcount
         deleted += conn.execute(
-            occurrences.delete().where(occurrences.c.source_key.in_(own), ~sa.exists(current))
+            occurrences.delete().where(
+                occurrences.c.source_key.in_(own), ~sa.exists(current), ~sa.exists(being_written)
+            )
         ).rowcount
     return int(deleted)
 
