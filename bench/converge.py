@@ -39,6 +39,10 @@ _INDEXED = sa.text(
     "SELECT DISTINCT content_id FROM _emdash_media_usage_sources WHERE content_id IN :ids"
 ).bindparams(sa.bindparam("ids", expanding=True))
 _WASTED = re.compile(rb"'(superseded|claim_lost)'")
+# Celery's line for each task a worker ran: what a batch and a single item take to run.
+_RAN = re.compile(
+    rb"Task media_usage\.(process_batch|process_work)\[[^\]]+\] succeeded in ([0-9.]+)s"
+)
 
 
 @dataclass
@@ -50,6 +54,9 @@ class Converged:
     written: int = 0
     wasted: int = 0
     unindexed: int = 0  # writes never seen indexed before the run ended
+    # ms each batch (and each single item) took to run in a worker process
+    batch_runs: list[float] = field(default_factory=list)
+    item_runs: list[float] = field(default_factory=list)
 
 
 class Writer(threading.Thread):
@@ -124,9 +131,20 @@ def converge(bench: Bench, dialect: str, entries: int, workers: int, rate: float
         len(writer.pending),
     )
     bench.stop_all()
-    run.wasted = len(_WASTED.findall(worker.log.read_bytes()))  # type: ignore[attr-defined]
+    log = worker.log.read_bytes()  # type: ignore[attr-defined]
+    run.wasted = len(_WASTED.findall(log))
+    for task, seconds in _RAN.findall(log):
+        runs = run.batch_runs if task == b"process_batch" else run.item_runs
+        runs.append(float(seconds) * 1000)
     engine.dispose()
     return run
+
+
+def _runs(name: str, runs: list[float]) -> str:
+    if not runs:
+        return f"no {name}"
+    p50, p99 = percentile(runs, 50), percentile(runs, 99)
+    return f"{len(runs)} {name} p50 {p50:.0f} ms p99 {p99:.0f} ms max {max(runs):.0f} ms"
 
 
 def _seconds(value: float | None) -> str:
@@ -163,4 +181,6 @@ def run(
                     f"fast path p50 {p[0]:7.1f} p95 {p[1]:7.1f} p99 {p[2]:7.1f} ms  "
                     f"unindexed at end {r.unindexed}  wasted claims {r.wasted}"
                 )
+                lines.append(f"         worker runs: {_runs('batch', r.batch_runs)}, "
+                             f"{_runs('single item', r.item_runs)}")  # fmt: skip
     return lines
