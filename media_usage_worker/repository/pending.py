@@ -28,6 +28,7 @@ from media_usage_worker.domain.refresh_plan import (
 )
 from media_usage_worker.domain.vocabulary import CaptureState, CoverageStatus, WorkState
 from media_usage_worker.repository.host_sources import SCOPES
+from media_usage_worker.repository.predicates import registered
 from media_usage_worker.repository.projection import (
     media_ids_by_storage_keys_on,
     read_entries_on,
@@ -109,9 +110,12 @@ def queued_uses(conn: sa.Connection) -> set[str] | None:
 def _named_by(
     conn: sa.Connection, collection_id: str, slug: str, content_ids: Sequence[str]
 ) -> set[str] | None:
+    if not conn.execute(sa.select(registered(collection_id, slug))).scalar_one():
+        # The collection is gone (the CMS deleted it, table and all): its rows name nothing.
+        return set()
     state = read_entries_on(conn, collection_id, slug, content_ids, columns_to_read)
     if not state.present:
-        return set()  # the collection is gone: its rows name nothing any more
+        return set()
     keys = StorageKeys()
     plans = _plans(state, content_ids, keys)
     if plans is not None and keys.missing:

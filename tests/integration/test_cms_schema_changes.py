@@ -76,3 +76,22 @@ def test_a_collection_the_cms_creates_is_captured_and_reconciled(db) -> None:
     assert rows(site, "SELECT content_id FROM _emdash_media_usage_work") == [("n2",)]
     settle(site)
     assert unused_ids(site) == ["m1"]
+
+
+def test_a_collection_the_cms_deletes_with_a_write_queued_leaves_the_answer_known(db) -> None:
+    site = cleanup_site(db)
+    news = new_ulid()
+    with site.begin() as conn:
+        conn.execute(
+            sa.text("INSERT INTO _emdash_collections (id, slug, label) VALUES (:i, 'news', 'N')"),
+            {"i": news},
+        )
+        create_content_table(conn, "news", [])
+    settle(site)
+    sql(site, "INSERT INTO ec_news (id, slug) VALUES ('n1', 'n1')")  # queued
+    with site.begin() as conn:  # the CMS deletes the collection: registry rows and table
+        conn.execute(sa.text("DELETE FROM _emdash_collections WHERE id = :i"), {"i": news})
+        conn.execute(sa.text("DROP TABLE ec_news"))
+    assert rows(site, "SELECT content_id FROM _emdash_media_usage_work") == [("n1",)]
+    assert unused_ids(site) == ["m1", "m2", "m3"]
+    assert MediaUsage(site).retire(["m1"]).retired == ["m1"]
