@@ -25,6 +25,7 @@ from media_usage_worker.domain.vocabulary import (
 from media_usage_worker.repository import host_sources, schema, triggers
 from media_usage_worker.repository.clock import db_now
 from media_usage_worker.repository.content_tables import content_table_name, scope_columns
+from media_usage_worker.repository.db import read_transaction
 from media_usage_worker.repository.predicates import active_status_row, status_row
 from media_usage_worker.repository.rules_state import record_indexed_rules
 from media_usage_worker.repository.upsert import insert_factory
@@ -189,6 +190,10 @@ def capture_new_collections(engine: sa.Engine) -> list[str]:
         )
         .order_by(registry.slug)
     )
+    # Every reconcile tick asks: read first, and take a write transaction only to act.
+    with read_transaction(engine) as conn:
+        if not is_activation_active(conn) or conn.execute(uncaptured).first() is None:
+            return []
     captured = []
     with engine.begin() as conn:
         if not is_activation_active(conn):

@@ -34,7 +34,6 @@ from media_usage_worker.repository.projection import (
     read_entries_on,
 )
 from media_usage_worker.repository.rules import read_rules_states
-from media_usage_worker.repository.rules_state import rules_current
 from media_usage_worker.repository.schema import ADAPTER_ID, SCOPE_TYPE, index_status, work
 
 # The longest queue accounted for: more waiting entries than this is a site falling behind,
@@ -66,9 +65,6 @@ _BASELINE_MISSING = (
     )
     .limit(1)
 )
-# The rules the index was computed under are the running ones, everywhere.
-_RULES_BEHIND = sa.select(SCOPES.c.slug).where(~rules_current(SCOPES.c.id)).limit(1)
-
 _QUEUE = sa.select(_w.collection_id, _w.collection_slug, _w.content_id, _w.state).limit(
     MAX_PENDING + 1
 )
@@ -79,11 +75,10 @@ def baseline_holds(conn: sa.Connection) -> bool:
     that have a work row."""
     if conn.execute(_BASELINE_MISSING).first() is not None:
         return False
-    if conn.execute(_RULES_BEHIND).first() is not None:
-        return False
-    # Fields the CMS changed itself since a scope was indexed: not known until reconciled.
+    # Indexed under the running rules, with the fields the registry has now (the CMS may
+    # have changed them itself), every registered scope.
     states = read_rules_states(conn).values()
-    return all(s.fields_current for s in states if s.current_fields is not None)
+    return all(s.current for s in states if s.current_fields is not None)
 
 
 def queued_uses(conn: sa.Connection) -> set[str] | None:

@@ -93,8 +93,10 @@ def mark_rules_changed(bind: Bind) -> list[str]:
 
 
 def read_rules_states(conn: sa.Connection) -> dict[str, RulesState]:
-    """Every collection's rules state by collection id, with the fingerprint of its fields in
-    the registry now (none recorded: ``RulesState()``, never current)."""
+    """The rules state of every registered collection and source, and of every recorded one,
+    by collection id, with the fingerprint of its fields in the registry now (``None``: not
+    registered any more). One registered but never recorded has ``RulesState()``'s record:
+    never current."""
     fingerprints = current_fingerprints(conn)
     rows = conn.execute(
         sa.select(
@@ -102,33 +104,46 @@ def read_rules_states(conn: sa.Connection) -> dict[str, RulesState]:
             r.indexed_rules_revision, r.indexed_fields,
         )
     )  # fmt: skip
-    return {row[0]: RulesState(*row[1:], fingerprints.get(row[0])) for row in rows}
+    states = {cid: RulesState(current_fields=fp) for cid, fp in fingerprints.items()}
+    states.update({row[0]: RulesState(*row[1:], fingerprints.get(row[0])) for row in rows})
+    return states
+
+
+_SETTLED_SCOPES = sa.select(st.collection_id, st.scope_key).where(
+    st.adapter_id == ADAPTER_ID,
+    st.scope_type == SCOPE_TYPE,
+    st.capture_state == CaptureState.ACTIVE,
+    st.reconciliation_required == 0,
+)
+
+
+def _fields_changed(conn: sa.Connection) -> list[tuple[str, str]]:
+    """(collection id, slug) of each registered scope with nothing to reconcile, indexed under
+    the running rules but with other fields than the registry has now."""
+    states = read_rules_states(conn)
+    changed = []
+    for collection_id, slug in conn.execute(_SETTLED_SCOPES).all():
+        state = states.get(collection_id)
+        if state is None or state.current_fields is None:  # not registered any more
+            continue
+        if state.rules_current and not state.fields_current:
+            changed.append((collection_id, slug))
+    return changed
 
 
 def mark_fields_changed(bind: Bind) -> list[str]:
     """Take every collection whose fields changed since it was indexed (by the CMS itself,
     without this project's API) out of ``complete``, as a field added here does: a new epoch,
-    ``stale``, reconciliation required. Its slugs."""
-    marked = []
+    ``stale``, reconciliation required. Its slugs. Every reconcile tick asks, so the question
+    is read first and a write transaction is taken only for an answer to act on."""
+    with read_transaction(bind) as conn:
+        if not _fields_changed(conn):
+            return []
     with transaction(bind) as conn:
-        states = read_rules_states(conn)
-        settled = conn.execute(
-            sa.select(st.collection_id, st.scope_key).where(
-                st.adapter_id == ADAPTER_ID,
-                st.scope_type == SCOPE_TYPE,
-                st.capture_state == CaptureState.ACTIVE,
-                st.reconciliation_required == 0,
-            )
-        ).all()
-        for collection_id, slug in settled:
-            state = states.get(collection_id)
-            if state is None or state.current_fields is None:  # not registered any more
-                continue
-            if not state.rules_current or state.fields_current:
-                continue
+        changed = _fields_changed(conn)
+        for collection_id, slug in changed:
             invalidate_coverage(conn, Collection(collection_id, slug, slug), ErrorCode.STALE)
-            marked.append(slug)
-    return sorted(marked)
+    return sorted(slug for _, slug in changed)
 
 
 # --- the site's declared rules ---------------------------------------------------------------
