@@ -142,6 +142,8 @@ def _why(detail: Any) -> str | None:
     """What keeps a collection's coverage from ``complete``, in words (``None``: nothing)."""
     if detail.coverage == "complete":
         return None
+    if detail.reason is not None:
+        return str(detail.reason)
     if detail.coverage == "never":
         return "not reconciled yet"
     if detail.status == "complete" and detail.rules.get("indexed_under") != detail.rules.get(
@@ -208,6 +210,7 @@ def usage_command(
                                 "kind": s.kind,
                                 "status": s.status,
                                 "rules": s.rules,
+                                "reason": s.reason,
                             }
                             for s in coverage.scopes
                         ],

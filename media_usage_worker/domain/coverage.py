@@ -41,6 +41,13 @@ def scope_status(
     return CoverageStatus(status) if status in KNOWN else CoverageStatus.UNKNOWN
 
 
+def with_gap(status: CoverageStatus, gap: str | None) -> CoverageStatus:
+    """A scope's coverage once a gap in what it reads is known: never ``complete`` over it."""
+    if gap is not None and status == CoverageStatus.COMPLETE:
+        return CoverageStatus.STALE
+    return status
+
+
 def aggregate(statuses: Sequence[str]) -> CoverageStatus:
     if all(s == CoverageStatus.COMPLETE for s in statuses):
         return CoverageStatus.COMPLETE

@@ -231,3 +231,27 @@ def built_in_for(shape: HostSource, present: Collection[str]) -> HostSource | No
 
 
 BUILT_IN_TABLES = frozenset(source.table for source in BUILT_IN)
+
+
+def built_in_gap(
+    shape: HostSource, present: Collection[str] | None, registered: HostSource | None
+) -> str | None:
+    """Why the built-in source ``shape`` is not indexed as its table is now (``present``: the
+    table's columns, ``None`` when there is no such table; ``registered``: the source as it is
+    registered); ``None`` when it is. A site whose table lost the shape cannot be read, and
+    one whose table changed is read once the reconcile tick registers it again."""
+    if present is None:
+        return f"table {shape.table} is not in the database"
+    readable = built_in_for(shape, present)
+    if readable is None:
+        wanted = " or ".join(name for name, _ in shape.columns)
+        return (
+            f"table {shape.table} has no {shape.key_column} key or no {wanted} column, "
+            "so where it keeps media is not known"
+        )
+    if registered != readable:
+        columns = ", ".join(name for name, _ in readable.columns)
+        return (
+            f"{shape.table}'s media columns are now {columns}; the next reconcile tick reads them"
+        )
+    return None

@@ -77,7 +77,9 @@ class ReconciliationAction(StrEnum):
     COMPLETED = "completed"  # coverage is complete
     FAILED = "failed"  # the step failed (retried), or an entry failed the run
     RULES_CHANGED = "rules_changed"  # indexed under other rules or fields: reconciled again
-    CAPTURED = "captured"  # a collection the CMS created itself: captured, to be reconciled
+    # a collection the CMS created itself, or a built-in source whose table's columns changed:
+    # captured, to be reconciled
+    CAPTURED = "captured"
 
 
 class DeletionStepEnd(StrEnum):

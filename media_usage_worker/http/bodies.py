@@ -35,7 +35,13 @@ def coverage_shown(coverage: Coverage) -> dict[str, Any]:
         "status": coverage.status,
         "complete": coverage.complete,
         "collections": [
-            {"slug": s.collection_slug, "status": s.status, "rules": s.rules}
+            {
+                "slug": s.collection_slug,
+                "kind": s.kind,
+                "status": s.status,
+                "rules": s.rules,
+                "reason": s.reason,
+            }
             for s in coverage.scopes
         ],
     }

@@ -35,6 +35,7 @@ class SharedProbe:
                 "ready": False,
                 "problem": f"the database did not answer within {self._timeout:g} s",
                 "capture": None,
+                "sources_not_indexed": [],
             }
         except Exception as exc:  # an unreachable database is an answer, not a 500
             name = type(exc).__name__
@@ -42,4 +43,5 @@ class SharedProbe:
                 "ready": False,
                 "problem": f"the readiness check failed ({name})",
                 "capture": None,
+                "sources_not_indexed": [],
             }

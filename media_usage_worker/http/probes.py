@@ -16,6 +16,7 @@ from media_usage_worker.http.metrics import IndexCollector
 from media_usage_worker.http.probe import READY_TIMEOUT_SECONDS, SharedProbe
 from media_usage_worker.repository.activation import is_activation_active
 from media_usage_worker.repository.db import read_transaction
+from media_usage_worker.repository.host_sources import built_in_gaps
 from media_usage_worker.repository.migrate import UNREADABLE, schema_problem
 
 log = logging.getLogger(__name__)
@@ -43,10 +44,20 @@ def probe_routes(
             log.warning("not ready: %s", problem)
             problem = f"{UNREADABLE} (the API server's log has the reason)"
         capture = None
+        not_indexed: list[dict[str, str]] = []
         if problem is None:
             with read_transaction(engine) as conn:
                 capture = "active" if is_activation_active(conn) else "inactive"
-        return {"ready": problem is None, "problem": problem, "capture": capture}
+                gaps = built_in_gaps(conn)
+            # Ready to answer still (every answer says coverage is not complete), but an
+            # operator must act: a built-in source whose table is not as it reads is not indexed.
+            not_indexed = [{"source": s.label, "reason": why} for s, why in gaps.items()]
+        return {
+            "ready": problem is None,
+            "problem": problem,
+            "capture": capture,
+            "sources_not_indexed": not_indexed,
+        }
 
     probe = SharedProbe(readiness, READY_TIMEOUT_SECONDS)
 

@@ -32,6 +32,7 @@ from media_usage_worker.repository import reconciliation as store
 from media_usage_worker.repository import statistics
 from media_usage_worker.repository import work_rescan as rescan
 from media_usage_worker.repository.activation import capture_new_collections
+from media_usage_worker.repository.built_in_sources import sync_built_in_sources
 from media_usage_worker.repository.reconciliation import Coordinator
 from media_usage_worker.repository.rules import mark_fields_changed, mark_rules_changed
 
@@ -85,8 +86,9 @@ class Reconciler:
             return []
         # Indexed under other extraction rules, or with fields the CMS changed itself since:
         # no longer complete, reconciled like the rest. A collection the CMS created itself
-        # is captured first.
-        captured = capture_new_collections(self.engine)
+        # is captured first, and a built-in source is registered over the columns its table
+        # has now.
+        captured = capture_new_collections(self.engine) + sync_built_in_sources(self.engine)
         changed = mark_rules_changed(self.engine) + mark_fields_changed(self.engine)
         reports = [StepReport(slug, Phase.SCAN, Action.RULES_CHANGED) for slug in changed]
         reports += [StepReport(slug, Phase.SCAN, Action.CAPTURED) for slug in captured]

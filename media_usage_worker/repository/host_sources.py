@@ -8,16 +8,19 @@ its coverage row (reconciled from the start) and, on removal, every row of it in
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from typing import Any
 
 import sqlalchemy as sa
 
 from media_usage_worker.domain.errors import InvalidSource, SourceNotFound
 from media_usage_worker.domain.host_sources import (
+    BUILT_IN,
     BUILT_IN_TABLES,
     ColumnKind,
     HostSource,
     SourceKind,
+    built_in_gap,
     checked_identifier,
 )
 from media_usage_worker.repository import schema
@@ -109,6 +112,50 @@ def check_against_catalog(conn: sa.Connection, source: HostSource) -> None:
             f"Column {source.key_column!r} is not a key of {source.table!r}: it must be the "
             "primary key, or unique and NOT NULL."
         )
+
+
+# The columns of some tables in one statement (a table that is missing has none): the checks
+# of the built-in sources run on every coverage read.
+_CATALOG_COLUMNS = {
+    "postgresql": sa.text(
+        "SELECT c.relname, a.attname FROM pg_attribute a "
+        "JOIN pg_class c ON c.oid = a.attrelid "
+        "JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p') "
+        "AND a.attnum > 0 AND NOT a.attisdropped AND c.relname IN :names"
+    ).bindparams(sa.bindparam("names", expanding=True)),
+    "sqlite": sa.text(
+        "SELECT m.name, p.name FROM sqlite_master AS m JOIN pragma_table_info(m.name) AS p "
+        "WHERE m.type = 'table' AND m.name IN :names"
+    ).bindparams(sa.bindparam("names", expanding=True)),
+}
+
+
+def catalog_columns(conn: sa.Connection, tables: Collection[str]) -> dict[str, set[str]]:
+    """The columns each of ``tables`` has, by table; a table not in the database is absent."""
+    found: dict[str, set[str]] = {}
+    query = _CATALOG_COLUMNS[conn.dialect.name]
+    for table, column in conn.execute(query, {"names": sorted(tables)}):
+        found.setdefault(table, set()).add(column)
+    return found
+
+
+def registered_built_ins(conn: sa.Connection) -> dict[SourceKind, HostSource]:
+    """The built-in sources as they are registered, by kind."""
+    return {s.kind: s for s in all_sources(conn) if s.kind != SourceKind.TABLE}
+
+
+def built_in_gaps(conn: sa.Connection) -> dict[HostSource, str]:
+    """The built-in sources not indexed as their tables are now, each with the reason (by its
+    shape in ``BUILT_IN``); empty when every one is (``domain.host_sources.built_in_gap``)."""
+    present = catalog_columns(conn, BUILT_IN_TABLES)
+    registered = registered_built_ins(conn)
+    gaps = {}
+    for shape in BUILT_IN:
+        gap = built_in_gap(shape, present.get(shape.table), registered.get(shape.kind))
+        if gap is not None:
+            gaps[shape] = gap
+    return gaps
 
 
 def check_declarable(conn: sa.Connection, source: HostSource) -> None:

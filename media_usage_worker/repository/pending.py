@@ -27,7 +27,7 @@ from media_usage_worker.domain.refresh_plan import (
     plan_refresh,
 )
 from media_usage_worker.domain.vocabulary import CaptureState, CoverageStatus, WorkState
-from media_usage_worker.repository.host_sources import SCOPES
+from media_usage_worker.repository.host_sources import SCOPES, built_in_gaps
 from media_usage_worker.repository.predicates import registered
 from media_usage_worker.repository.projection import (
     media_ids_by_storage_keys_on,
@@ -73,7 +73,7 @@ _QUEUE = sa.select(_w.collection_id, _w.collection_slug, _w.content_id, _w.state
 def baseline_holds(conn: sa.Connection) -> bool:
     """Every collection and source is indexed whole under the running rules, except entries
     that have a work row."""
-    if conn.execute(_BASELINE_MISSING).first() is not None:
+    if conn.execute(_BASELINE_MISSING).first() is not None or built_in_gaps(conn):
         return False
     # Indexed under the running rules, with the fields the registry has now (the CMS may
     # have changed them itself), every registered scope.

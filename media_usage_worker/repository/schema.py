@@ -554,7 +554,7 @@ bylines = Table(
     "_emdash_bylines",
     metadata,
     Column("id", Text, primary_key=True, nullable=True),
-    Column("slug", Text, nullable=False, unique=True),
+    Column("slug", Text, nullable=False),
     Column("display_name", Text, nullable=False),
     Column("bio", Text),
     Column("avatar_media_id", Text),
@@ -563,7 +563,14 @@ bylines = Table(
     _zero("is_guest"),
     _legacy_now("created_at"),
     _legacy_now("updated_at"),
+    # A byline per locale, its translations grouped, as emdash keeps them.
+    Column("locale", Text, nullable=False, server_default=sa.text("'en'")),
+    Column("translation_group", Text),
     sa.ForeignKeyConstraint(["avatar_media_id"], ["media.id"], ondelete="SET NULL"),
+    sa.UniqueConstraint("slug", "locale", name="_emdash_bylines_slug_locale_unique"),
+    Index("idx_bylines_slug", "slug"),
+    Index("idx__emdash_bylines_locale", "locale"),
+    Index("idx__emdash_bylines_translation_group", "translation_group"),
 )
 
 HOST_REFERENCE_TABLES = (options, users, bylines)

@@ -11,10 +11,10 @@ from media_usage_worker.domain import coverage as coverage_rules
 from media_usage_worker.domain.host_sources import kind_label
 from media_usage_worker.domain.rules import RulesState
 from media_usage_worker.domain.timestamps import seconds_between
-from media_usage_worker.domain.vocabulary import WorkState
+from media_usage_worker.domain.vocabulary import CoverageStatus, WorkState
 from media_usage_worker.repository.clock import db_now, is_due
 from media_usage_worker.repository.db import read_transaction
-from media_usage_worker.repository.host_sources import SCOPES
+from media_usage_worker.repository.host_sources import SCOPES, built_in_gaps
 from media_usage_worker.repository.rules import read_rules_states
 from media_usage_worker.repository.schema import (
     ADAPTER_ID,
@@ -53,6 +53,8 @@ class CollectionStatus:
     # ``content`` for a collection; for a source beyond content (``slug`` is then its scope
     # key) ``settings``, ``user``, ``byline`` or ``table:<name>``.
     kind: str = "content"
+    # Why a built-in source is not indexed as its table is now (``host_sources.built_in_gaps``).
+    reason: str | None = None
 
 
 _STATUS_ROWS = (
@@ -114,17 +116,20 @@ def overview(engine: sa.Engine) -> tuple[str, str, list[CollectionStatus]]:
             for row in conn.execute(_RUNS)
         }
         failed = _failed_items(conn)
+        gaps = {shape.scope_key: (shape, why) for shape, why in built_in_gaps(conn).items()}
     details = []
     for row in rows:
         rules = rules_states.get(row.id, RulesState())
         due = oldest.get(row.id)
+        reason = gaps.pop(row.slug)[1] if row.slug in gaps else None
+        scope = coverage_rules.scope_status(
+            row.status, row.reconciliation_required, row.schema_version, rules.current
+        )
         details.append(
             CollectionStatus(
                 slug=row.slug,
                 id=row.id,
-                coverage=coverage_rules.scope_status(
-                    row.status, row.reconciliation_required, row.schema_version, rules.current
-                ),
+                coverage=coverage_rules.with_gap(scope, reason),
                 status=row.status,
                 capture_state=row.capture_state,
                 change_epoch=int(row.change_epoch or 0),
@@ -136,6 +141,23 @@ def overview(engine: sa.Engine) -> tuple[str, str, list[CollectionStatus]]:
                 rules={"indexed_under": rules.indexed_under, "running": rules.running},
                 reconciliation=runs.get(row.id),
                 kind=kind_label(row.slug),
+                reason=reason,
+            )
+        )
+    for shape, reason in gaps.values():
+        details.append(
+            CollectionStatus(
+                slug=shape.scope_key,
+                id=shape.collection_id,
+                coverage=CoverageStatus.NEVER,
+                status=None,
+                capture_state=None,
+                change_epoch=0,
+                reconciliation_required=True,
+                last_error_code=None,
+                work={s: 0 for s in WorkState},
+                kind=shape.label,
+                reason=reason,
             )
         )
     aggregate = coverage_rules.aggregate([d.coverage for d in details])

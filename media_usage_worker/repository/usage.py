@@ -16,7 +16,7 @@ from media_usage_worker.domain.rules import RulesState
 from media_usage_worker.domain.vocabulary import CoverageStatus
 from media_usage_worker.repository.activation import is_activation_active
 from media_usage_worker.repository.db import read_transaction
-from media_usage_worker.repository.host_sources import SCOPES
+from media_usage_worker.repository.host_sources import SCOPES, built_in_gaps
 from media_usage_worker.repository.predicates import being_deleted
 from media_usage_worker.repository.rules import read_rules_states
 from media_usage_worker.repository.schema import (
@@ -44,6 +44,9 @@ class ScopeCoverage:
     # ``content`` for a collection; ``settings``, ``user``, ``byline`` or ``table:<name>`` for a
     # source beyond content, whose ``collection_slug`` is its scope key (domain.host_sources).
     kind: str = "content"
+    # Why a built-in source is not indexed as its table is now (its table or columns are not
+    # in the shape it reads); ``None`` otherwise.
+    reason: str | None = None
 
 
 @dataclass(frozen=True)
@@ -101,11 +104,18 @@ def read_coverage(conn: sa.Connection) -> Coverage:
         .order_by(c.slug)
     ).all()  # fmt: skip
     states = read_rules_states(conn)
+    gaps = {shape.scope_key: (shape, why) for shape, why in built_in_gaps(conn).items()}
     scopes = []
     for slug, collection_id, status, required, schema_version in rows:
         rules = states.get(collection_id, RulesState())
         scope = coverage_rules.scope_status(status, required, schema_version, rules.current)
-        scopes.append(ScopeCoverage(slug, scope, rules.indexed_under, kind_label(slug)))
+        reason = gaps.pop(slug)[1] if slug in gaps else None
+        scope = coverage_rules.with_gap(scope, reason)
+        scopes.append(ScopeCoverage(slug, scope, rules.indexed_under, kind_label(slug), reason))
+    for shape, reason in gaps.values():
+        scopes.append(
+            ScopeCoverage(shape.scope_key, CoverageStatus.NEVER, None, shape.label, reason)
+        )
     # The collections first, then the sources beyond content, each in slug order.
     scopes.sort(key=lambda x: (x.kind != "content", x.collection_slug))
     return Coverage(coverage_rules.aggregate([x.status for x in scopes]), scopes)

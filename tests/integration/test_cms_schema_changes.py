@@ -95,3 +95,43 @@ def test_a_collection_the_cms_deletes_with_a_write_queued_leaves_the_answer_know
     assert rows(site, "SELECT content_id FROM _emdash_media_usage_work") == [("n1",)]
     assert unused_ids(site) == ["m1", "m2", "m3"]
     assert MediaUsage(site).retire(["m1"]).retired == ["m1"]
+
+
+def test_a_built_in_source_whose_table_lost_its_shape_is_reported_not_skipped(db) -> None:
+    site = cleanup_site(db)  # m1..m3 used nowhere
+    assert unused_ids(site) == ["m1", "m2", "m3"]
+    with site.begin() as conn:  # the host's users table as another CMS keeps it: no avatar
+        conn.execute(sa.text("DROP TABLE users"))
+        conn.execute(sa.text("CREATE TABLE users (id TEXT PRIMARY KEY, email TEXT NOT NULL)"))
+        conn.execute(sa.text("INSERT INTO users (id, email) VALUES ('u1', 'a@example.org')"))
+    assert unused_ids(site) is None  # where its avatars are is not known
+    assert MediaUsage(site).retire(["m1"]).refused == {"m1": "not_known_yet"}
+    overview = MediaUsage(site).status()
+    (user,) = [s for s in overview.sources if s.kind == "user"]
+    assert (user.coverage, overview.coverage) == ("stale", "stale")
+    assert user.reason is not None and "avatar_url or avatar_id" in user.reason
+    Reconciler(site, defer_seconds=0).tick()  # nothing the tick can do: it stays reported
+    assert unused_ids(site) is None
+
+    # The host adds emdash's avatar column: the tick reads the source over it and re-indexes.
+    sql(site, "ALTER TABLE users ADD COLUMN avatar_url TEXT")
+    sql(site, "UPDATE users SET avatar_url = '/_emdash/api/media/file/' || "
+              "(SELECT storage_key FROM media WHERE id = 'm1')")  # fmt: skip
+    assert unused_ids(site) is None
+    reports = Reconciler(site, defer_seconds=0).tick()
+    assert ("user", "captured") in {(r.collection_slug, r.action) for r in reports}
+    settle(site)
+    assert [s.reason for s in MediaUsage(site).status().sources] == [None, None, None]
+    assert unused_ids(site) == ["m2", "m3"]
+    sql(site, "UPDATE users SET avatar_url = NULL")  # captured over the new column
+    settle(site)
+    assert unused_ids(site) == ["m1", "m2", "m3"]
+
+
+def test_a_built_in_table_that_is_gone_is_named_by_readiness_and_status(db) -> None:
+    site = cleanup_site(db)
+    sql(site, "DROP TABLE _emdash_bylines")
+    overview = MediaUsage(site).status()
+    (byline,) = [s for s in overview.sources if s.kind == "byline"]
+    assert byline.reason == "table _emdash_bylines is not in the database"
+    assert unused_ids(site) is None

@@ -67,7 +67,7 @@ def snapshot(engine: sa.Engine) -> dict[str, list]:
 def test_read_endpoints(api: Api) -> None:
     assert api.get("/healthz", token=None).json == {"status": "ok"}
     assert api.get("/readyz", token=None).json == {
-        "ready": True, "problem": None, "capture": "active"
+        "ready": True, "problem": None, "capture": "active", "sources_not_indexed": []
     }  # fmt: skip
 
     first = api.get("/v1/media/m-a/usage?limit=2")
@@ -296,6 +296,20 @@ def test_fuzzed_requests_never_fail_the_server(
     assert posted.status in (200, 400, 404, 409), (raw, posted.text[:200])
     if posted.status != 200:
         assert snapshot(db) == before
+
+
+def test_readiness_names_a_built_in_source_it_cannot_read(api: Api, db: sa.Engine) -> None:
+    with db.begin() as conn:
+        conn.execute(sa.text("DROP TABLE options"))
+    ready = api.get("/readyz", token=None)
+    assert (ready.status, ready.json["ready"]) == (200, True)
+    assert ready.json["sources_not_indexed"] == [
+        {"source": "settings", "reason": "table options is not in the database"}
+    ]
+    coverage = api.get("/v1/media/m-a/usage").json["coverage"]
+    assert coverage["complete"] is False
+    (settings,) = [s for s in coverage["collections"] if s["kind"] == "settings"]
+    assert settings["reason"] == "table options is not in the database"
 
 
 def test_readiness_says_what_is_missing(database_url: str, tmp_path: Path) -> None:

@@ -15,6 +15,8 @@ from media_usage_worker.domain.host_sources import (
     ColumnKind,
     HostSource,
     SourceKind,
+    built_in_for,
+    built_in_gap,
     is_source_scope,
     kind_label,
     parse_columns,
@@ -129,3 +131,19 @@ def test_a_kind_as_an_operator_names_it() -> None:
     for bad in ("content", "posts", "table:", "table:Menus", "table:a;b", None):
         with pytest.raises(InvalidSource):
             checked_kind(bad)
+
+
+def test_a_built_in_source_is_read_only_over_a_table_in_its_shape() -> None:
+    user = next(s for s in BUILT_IN if s.kind == SourceKind.USER)
+    emdash = built_in_for(user, {"id", "email", "avatar_url"})
+    assert emdash is not None and emdash.columns == (("avatar_url", ColumnKind.URL),)
+    assert built_in_gap(user, {"id", "email", "avatar_url"}, emdash) is None
+    assert built_in_gap(user, None, emdash) == "table users is not in the database"
+    no_avatar = built_in_gap(user, {"id", "email"}, emdash)
+    assert no_avatar is not None and "avatar_url or avatar_id" in no_avatar
+    assert "no id key" in (built_in_gap(user, {"avatar_url"}, None) or "")
+    # Registered over other columns than the table has now: read again by the next tick.
+    both = built_in_for(user, {"id", "avatar_url", "avatar_id"})
+    moved = built_in_gap(user, {"id", "avatar_url"}, both)
+    assert moved is not None and "now avatar_url" in moved
+    assert built_in_gap(user, {"id", "avatar_url"}, None) is not None  # not registered yet
