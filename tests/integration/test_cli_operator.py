@@ -68,6 +68,7 @@ def test_status_json_shape(seeded) -> None:
         "rules",
         "reconciliation",
         "kind",
+        "reason",
     }
     assert posts["kind"] == "content"
     assert data["deletions"] == []

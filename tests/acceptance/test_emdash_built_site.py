@@ -1,0 +1,142 @@
+"""A site built by emdash 0.32.0's own code (from the npm registry, with the builder scripts kept
+beside this project's peers), adopted with the README's steps only, indexed by a real worker and
+beat, and followed while emdash writes more, changes its schema and deletes a collection: every
+media item's uses and the ``unused`` listing agree with a truth computed from the rows.
+
+The npm install and the better-sqlite3 build take about a minute and a half; they are kept in
+``.ci-cache/`` of the checkout, so a second run in the same directory starts at once."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+import sqlalchemy as sa
+
+from media_usage_worker.api import MediaUsage
+from media_usage_worker.repository.db import create_engine
+from tests.integration.test_emdash_sites import truly_used
+from tests.processes import ROOT, Processes, cli, wait_for
+
+pytestmark = pytest.mark.slow
+
+# The builder: emdash's write paths driven by a script (peers/emdash/v0.32/make-db.mjs).
+BUILDER = Path(
+    os.environ.get("MEDIA_USAGE_EMDASH_BUILDER", ROOT.parent / "shared/peers/emdash/v0.32")
+)
+CACHE = ROOT / ".ci-cache" / "emdash-0.32"
+NATIVE = CACHE / "node_modules/better-sqlite3/build/Release/better_sqlite3.node"
+SETTLE_SECONDS = 180
+
+
+def run(command: list[str], cwd: Path, timeout: float) -> str:
+    done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, f"{command}: {done.stdout[-2000:]}\n{done.stderr[-2000:]}"
+    return done.stdout
+
+
+@pytest.fixture(scope="session")
+def emdash_032() -> Path:
+    """A folder with emdash 0.32.0 installed and the builder scripts beside it."""
+    if not (BUILDER / "make-db.mjs").is_file():
+        pytest.skip(f"emdash's site builder is not at {BUILDER} (MEDIA_USAGE_EMDASH_BUILDER)")
+    for tool in ("node", "npm"):
+        assert shutil.which(tool), f"{tool} is needed (Debian's nodejs and npm; .ci/run installs)"
+    CACHE.mkdir(parents=True, exist_ok=True)
+    for script in (*BUILDER.glob("*.mjs"), BUILDER / "package.json"):
+        shutil.copyfile(script, CACHE / script.name)
+    if not NATIVE.is_file():
+        run(["npm", "install", "emdash@0.32.0", "--ignore-scripts", "--legacy-peer-deps",
+             "--no-audit", "--no-fund"], CACHE, 600)  # fmt: skip
+        # No prebuilt binary is reachable: compile it against the machine's node headers.
+        run(["npx", "--yes", "node-gyp", "rebuild", "--release", "--nodedir=/usr", "-j", "2"],
+            CACHE / "node_modules/better-sqlite3", 900)  # fmt: skip
+    return CACHE
+
+
+@pytest.fixture
+def emdash_site(emdash_032: Path, tmp_path: Path) -> Iterator[tuple[str, sa.Engine]]:
+    path = tmp_path / "site.db"
+    run(["node", "make-db.mjs", str(path), "initial"], emdash_032, 120)
+    url = f"sqlite:///{path}"
+    engine = create_engine(url)
+    yield url, engine
+    engine.dispose()
+
+
+def disagreement(engine: sa.Engine) -> str | None:
+    """What the index says that the rows do not; ``None`` when every answer agrees."""
+    library, used = truly_used(engine)
+    index = MediaUsage(engine)
+    page = index.unused(limit=100)
+    if not page.known:
+        return f"unused not known yet (coverage {page.coverage})"
+    listed = {item.id for item in page.items}
+    if listed != library - used:
+        return f"unused lists {sorted(listed ^ (library - used))} wrongly"
+    for media_id in sorted(library):
+        if bool(index.usage(media_id).entries) != (media_id in used):
+            return f"usage of {media_id} disagrees with the rows"
+    return None
+
+
+def agrees(engine: sa.Engine) -> None:
+    found: list[str | None] = [None]
+
+    def settled() -> bool:
+        found[0] = disagreement(engine)
+        return found[0] is None
+
+    try:
+        wait_for(settled, timeout=SETTLE_SECONDS, interval=1.0)
+    except AssertionError:
+        raise AssertionError(f"the index never agreed with the rows: {found[0]}") from None
+
+
+def test_a_site_emdash_built_is_adopted_and_followed_as_emdash_keeps_writing(
+    emdash_032: Path, emdash_site: tuple[str, sa.Engine], redis_url: str, tmp_path: Path
+) -> None:
+    url, engine = emdash_site
+    for step in (("db", "upgrade"), ("activate",)):  # the README's steps, nothing else
+        done = cli(*step, url=url)
+        assert done.code == 0, done.err
+    client = redis.Redis.from_url(redis_url)
+    client.flushdb()
+    client.close()
+    processes = Processes(
+        {
+            "MEDIA_USAGE_DATABASE_URL": url,
+            "MEDIA_USAGE_BROKER_URL": redis_url,
+            "MEDIA_USAGE_TICK_SECONDS": "1",
+            "MEDIA_USAGE_RECONCILE_SECONDS": "1",
+            "MEDIA_USAGE_RECONCILE_DEFER_SECONDS": "1",
+        },
+        tmp_path,
+    )
+    try:
+        processes.worker(concurrency=2)
+        processes.beat()
+        agrees(engine)
+        library, used = truly_used(engine)
+        assert used and library - used, "the site has used and unused items"
+
+        # emdash writes more through its own code: new, updated, trashed and deleted entries,
+        # a field added and one deleted, a new collection, a media item and a logo changed.
+        site = str(engine.url.database)
+        run(["node", "make-db.mjs", site, "more"], emdash_032, 120)
+        agrees(engine)
+        run(["node", "delete-collection.mjs", site, "pages"], emdash_032, 120)
+        with engine.connect() as conn:
+            left = conn.execute(
+                sa.text("SELECT count(*) FROM _emdash_collections WHERE slug = 'pages'")
+            ).scalar_one()
+        assert left == 0, "emdash deleted the collection"
+        agrees(engine)
+    finally:
+        processes.stop_all()
+    assert "Traceback" not in processes.logs()
