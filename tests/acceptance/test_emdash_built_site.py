@@ -25,10 +25,22 @@ from tests.processes import ROOT, Processes, cli, wait_for
 
 pytestmark = pytest.mark.slow
 
-# The builder: emdash's write paths driven by a script (peers/emdash/v0.32/make-db.mjs).
-BUILDER = Path(
-    os.environ.get("MEDIA_USAGE_EMDASH_BUILDER", ROOT.parent / "shared/peers/emdash/v0.32")
-)
+# The builder: emdash's write paths driven by a script (peers/emdash/v0.32/make-db.mjs), kept in
+# the workspace's shared folder beside a checkout (or one of its parents).
+_BESIDE = "shared/peers/emdash/v0.32"
+BUILDER = next(
+    (
+        path
+        for path in (
+            *([Path(os.environ["MEDIA_USAGE_EMDASH_BUILDER"])]
+              if os.environ.get("MEDIA_USAGE_EMDASH_BUILDER") else []),
+            *(parent / _BESIDE for parent in ROOT.parents),
+            Path("/work") / _BESIDE,
+        )
+        if (path / "make-db.mjs").is_file()
+    ),
+    ROOT.parent / _BESIDE,
+)  # fmt: skip
 CACHE = ROOT / ".ci-cache" / "emdash-0.32"
 NATIVE = CACHE / "node_modules/better-sqlite3/build/Release/better_sqlite3.node"
 SETTLE_SECONDS = 180
