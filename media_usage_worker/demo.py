@@ -32,6 +32,8 @@ from media_usage_worker.repository.sample_content import (
 from media_usage_worker.repository.status import CollectionStatus, index_totals, overview
 
 BATCH = 500
+# The demo's workers get what one tick may send (the default; docs/operations.md).
+TICK_BUDGET = 5000
 POLL_SECONDS = 0.5
 # How long a warm shutdown may take before the processes are killed.
 STOP_SECONDS = 30
@@ -108,6 +110,7 @@ def _task_env(url: str, directory: Path) -> dict[str, str]:
         "MEDIA_USAGE_BROKER_URL": "filesystem://",
         "MEDIA_USAGE_BROKER_FOLDER": str(directory / "broker"),
         "MEDIA_USAGE_TICK_SECONDS": "1",
+        "MEDIA_USAGE_TICK_BUDGET": str(TICK_BUDGET),
         "MEDIA_USAGE_RECONCILE_SECONDS": "1",
         "MEDIA_USAGE_RECONCILE_DEFER_SECONDS": "1",
         "MEDIA_USAGE_MAX_QUEUED": "200",
@@ -179,19 +182,28 @@ class _Progress:
     started: float
     echo: Callable[[str], None]
     last: float = 0.0
+    shown: int = -1
 
     def report(self) -> bool:
         """Print a line about once a second; ``True`` once all is done (one overview read)."""
         _, _, details = overview(self.engine)
         left = sum(sum(d.work.values()) for d in details)
+        leased = sum(d.work.get("leased", 0) for d in details)
         now = time.monotonic()
         if now - self.last >= 1 or left == 0:
             self.last = now
             done = self.written - min(left, self.written)
             rate = done / max(now - self.started, 1e-9)
-            self.echo(
-                f"  processed {done:>6}/{self.written}  work left {left:>6}  {rate:6.0f} items/s"
+            line = (
+                f"  processed {done:>6}/{self.written}  work left {left:>6}  "
+                f"leased {leased:>5}  {rate:6.0f} items/s"
             )
+            if left and not leased and done == self.shown:
+                # Each tick sends at most MEDIA_USAGE_TICK_BUDGET items; the rest wait in the
+                # work table, not in the broker, until the next tick (a second here).
+                line += f"  (the workers are idle until the next tick sends up to {TICK_BUDGET})"
+            self.shown = done
+            self.echo(line)
         return _done(details)
 
 

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from celery import Celery
+from celery.exceptions import SecurityWarning
 from celery.signals import beat_init, celeryd_init, worker_process_init
 
 from media_usage_worker.domain.errors import InvalidSetting, ItemsFailed
@@ -169,6 +171,18 @@ def _refuse_bad_settings(running: Celery) -> None:
         settings.check_all()
     except InvalidSetting as exc:
         raise SystemExit(f"media-usage: {exc}") from None
+    if os.name == "posix" and os.geteuid() == 0:
+        # Celery's own warning is eight lines; messages are JSON only, so the risk it names
+        # (unpickling as root) is not taken, but a worker should still not run as root.
+        warnings.filterwarnings(
+            "ignore", message="You're running the worker with superuser", category=SecurityWarning
+        )
+        print(
+            "media-usage: running as root; run workers and beat as an unprivileged user "
+            "(the Docker image does; --uid, or your service manager's User=).",
+            file=sys.stderr,
+            flush=True,
+        )
     if not os.environ.get("MEDIA_USAGE_BROKER_URL"):
         # Celery would retry its default for ever, naming only a transport class.
         print(

@@ -139,6 +139,12 @@ def _read_whole(path: str) -> tuple[bytes, float]:
 class GuardedFilesystemTransport(filesystem.Transport):
     Channel = GuardedFilesystemChannel
 
+    @property
+    def default_connection_params(self) -> dict[str, Any]:
+        # A folder has no host: without this, kombu warns "No hostname was supplied" each
+        # time it builds the connection's details.
+        return {"port": self.default_port, "hostname": None}
+
     def _deliver(self, message: Any, queue: Any) -> None:
         try:
             check_envelope(message)

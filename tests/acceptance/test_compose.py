@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
 SERVICES = COMPOSE["services"]
 APP_SERVICES = ("migrate", "worker", "beat", "flower", "api")
-_VARIABLE = re.compile(r"(?<!\$)\$\{(\w+)(?:(:-|:\?)([^}]*))?\}")
+_VARIABLE = re.compile(r"(?<!\$)\$\{(\w+)(?:(:-|:\?|-)([^}]*))?\}")
 # What an operator would put in .env for a quick local run.
 DOTENV = {
     "MEDIA_USAGE_TICK_SECONDS": "1",
@@ -45,12 +45,12 @@ DOTENV = {
 
 
 def interpolate(value: str, env: dict[str, str]) -> str:
-    """Compose's ``${NAME:-default}`` and ``${NAME:?error}`` substitution (and ``$$`` for a
-    literal dollar, left for the container's shell)."""
+    """Compose's ``${NAME:-default}``, ``${NAME-default}`` (unset only) and ``${NAME:?error}``
+    substitution (and ``$$`` for a literal dollar, left for the container's shell)."""
 
     def substitute(match: re.Match[str]) -> str:
         name, kind, text = match[1], match[2], match[3]
-        if name in env:
+        if name in env and (env[name] or kind in ("-", None)):
             return env[name]
         if kind == ":?":
             raise LookupError(f"compose refuses to start: {text}")
@@ -68,6 +68,9 @@ def service(
     argv = [interpolate(str(part), DOTENV) for part in spec["command"]]
     env = {k: interpolate(str(v), DOTENV) for k, v in spec["environment"].items()}
     env["MEDIA_USAGE_BEAT_LIVENESS_FILE"] = str(tmp / "beat.alive")
+    if env.get("MEDIA_USAGE_STORAGE_DIR") == "/srv/media":  # the site's media folder, mounted
+        (tmp / "media").mkdir(exist_ok=True)
+        env["MEDIA_USAGE_STORAGE_DIR"] = str(tmp / "media")
     compose_db = sa.make_url(env["MEDIA_USAGE_DATABASE_URL"])
     assert (compose_db.drivername, compose_db.host, compose_db.port) == (
         "postgresql+psycopg", "postgres", 5432,
@@ -76,8 +79,12 @@ def service(
     env["MEDIA_USAGE_DATABASE_URL"] = database_url
     env["MEDIA_USAGE_BROKER_URL"] = redis_url
     executable = {"celery": [sys.executable, "-m", "celery"],
-                  "media-usage": [sys.executable, "-m", "media_usage_worker"]}  # fmt: skip
-    return executable[argv[0]] + argv[1:], {**os.environ, **env, "PYTHONUNBUFFERED": "1"}
+                  "media-usage": [sys.executable, "-m", "media_usage_worker"],
+                  "sh": ["sh"]}  # fmt: skip
+    # A shell command finds ``celery`` first on PATH, as in the image.
+    path = f"{Path(sys.executable).parent}:{os.environ['PATH']}"
+    env = {**os.environ, **env, "PYTHONUNBUFFERED": "1", "PATH": path}
+    return executable[argv[0]] + argv[1:], env
 
 
 def healthcheck(name: str, env: dict[str, str], port: int | None = None) -> bool:
@@ -116,9 +123,9 @@ def test_the_services_are_wired_as_production_needs() -> None:
     assert SERVICES["flower"]["ports"] == ["${FLOWER_BIND:-127.0.0.1}:5555:5555"]
     assert SERVICES["api"]["ports"] == ["${API_BIND:-127.0.0.1}:8080:8080"]
     assert "'.[flower,api]'" in (ROOT / "Dockerfile").read_text()
-    # Flower is never served without basic auth: compose refuses to start without it.
-    with pytest.raises(LookupError):
-        interpolate(SERVICES["flower"]["environment"]["FLOWER_BASIC_AUTH"], {})
+    # Flower runs only with its profile, so a site without it needs no Flower settings.
+    assert SERVICES["flower"]["profiles"] == ["flower"]
+    assert interpolate(SERVICES["flower"]["environment"]["FLOWER_BASIC_AUTH"], {}) == ""
     ignored = (ROOT / ".dockerignore").read_text().split()
     assert {".venv", "*.db", ".git", "tests"} <= set(ignored)
 
@@ -178,6 +185,10 @@ def test_every_service_command_runs_against_real_servers(
         for name in ("worker", "beat"):
             _start(started, *apps[name], tmp_path / f"{name}.log")
         argv, env = apps["flower"]
+        # Flower is never served without basic auth: its command refuses to start.
+        bare = {**env, "FLOWER_BASIC_AUTH": ""}
+        refused = subprocess.run(argv, env=bare, capture_output=True, text=True, timeout=60)
+        assert refused.returncode == 2 and "set FLOWER_BASIC_AUTH" in refused.stderr
         port = _free_port()
         _start(started, argv, {**env, "FLOWER_PORT": str(port)}, tmp_path / "flower.log")
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from media_usage_worker.repository.db import create_engine
 from media_usage_worker.repository.usage import usage_page
+from tests.doc_examples import differences, examples
 from tests.index_oracle import actual_index, expected_index
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,6 +41,10 @@ def test_the_demo_indexes_every_entry_and_reports_it(tmp_path: Path) -> None:
     assert summary["source_rows_indexed"] == 7
     assert summary["items_per_second"] > 0 and summary["elapsed_seconds"] > 0
     assert "items/s" in done.stderr  # progress went to stderr next to the JSON summary
+    # docs/cli.md's example has exactly these keys.
+    (documented,) = [e for _, e in examples("cli.md") if "entries_written" in e]
+    data_keyed = frozenset({"$.coverage", "$.sources", "$.failed"})
+    assert differences(documented, summary, data_keyed) == []
     # The settings to go on with the demo's database: the CLI answers with them alone.
     environment = summary["environment"]
     assert environment == {

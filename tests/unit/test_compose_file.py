@@ -50,3 +50,17 @@ def test_every_service_rotates_its_log(name: str) -> None:
 def test_the_api_does_not_wait_for_the_broker() -> None:
     assert "redis" not in SERVICES["api"]["depends_on"]
     assert {"postgres", "migrate"} <= set(SERVICES["api"]["depends_on"])
+
+
+def test_the_documented_stack_can_purge() -> None:
+    """The API deletes purged files under the site's media folder, mounted from MEDIA_DIR; an
+    operator who hands them to a host task empties MEDIA_USAGE_STORAGE_DIR instead."""
+    api = SERVICES["api"]
+    assert api["environment"]["MEDIA_USAGE_STORAGE_DIR"] == "${MEDIA_USAGE_STORAGE_DIR-/srv/media}"
+    assert api["volumes"] == ["${MEDIA_DIR:-./media}:/srv/media"]
+
+
+def test_flower_is_optional() -> None:
+    assert SERVICES["flower"]["profiles"] == ["flower"]
+    # A site without Flower sets nothing for it (compose checks `:?` in every service).
+    assert not re.search(r"\$\{FLOWER_\w*:\?", TEXT)
