@@ -13,8 +13,8 @@ import sqlalchemy as sa
 from sqlalchemy.exc import SQLAlchemyError
 
 from media_usage_worker.domain.errors import InvalidArgument, MediaUsageError
+from media_usage_worker.domain.policy import DEFAULT_DATABASE_URL as DEFAULT_DATABASE_URL
 
-DEFAULT_DATABASE_URL = "sqlite:///media_usage.db"
 F = TypeVar("F", bound=Callable[..., Any])
 
 

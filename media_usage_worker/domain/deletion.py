@@ -7,7 +7,8 @@ from media_usage_worker.domain.vocabulary import DeletionPhase
 
 FRONT_PHASES = (DeletionPhase.FENCE, DeletionPhase.REGISTRY, DeletionPhase.TABLE)
 # A deletion step may drop a large table: its lease is longer than a work item's.
-LEASE_SECONDS = 300
+DELETION_LEASE_SECONDS = 300
+LEASE_SECONDS = DELETION_LEASE_SECONDS  # the earlier name, still importable
 # Rows one batch of a back phase deletes (work rows, or one source's occurrences).
 BATCH_SIZE = 50
 # No jitter, as emdash: one deleter per collection, nothing to spread.

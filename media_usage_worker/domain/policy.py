@@ -12,6 +12,8 @@ from media_usage_worker.domain.vocabulary import ErrorCode, RefreshCode
 
 # How long a claim holds a work item or a reconciliation before another worker may take it.
 LEASE_SECONDS = 60
+# The database the CLI, the workers and beat use when MEDIA_USAGE_DATABASE_URL is not set.
+DEFAULT_DATABASE_URL = "sqlite:///media_usage.db"
 
 
 @dataclass(frozen=True)

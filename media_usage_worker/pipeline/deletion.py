@@ -49,7 +49,7 @@ def delete_collection(
     slug: str,
     *,
     force: bool = False,
-    lease_seconds: int = deletion_policy.LEASE_SECONDS,
+    lease_seconds: int = deletion_policy.DELETION_LEASE_SECONDS,
 ) -> DeletionResult:
     """Delete the collection ``slug``: ``deleted`` once its content is gone (the rest follows
     as work), ``has_content`` when live entries remain and ``force`` is not set (nothing
@@ -136,7 +136,7 @@ class DeletionProcessor:
         self,
         engine: Engine,
         *,
-        lease_seconds: int = deletion_policy.LEASE_SECONDS,
+        lease_seconds: int = deletion_policy.DELETION_LEASE_SECONDS,
         batch_size: int = deletion_policy.BATCH_SIZE,
         budget_seconds: float = 5.0,
         candidates: int = 4,

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from media_usage_worker.domain import policy
 from media_usage_worker.domain.snapshots import field_fingerprint
-from media_usage_worker.domain.validation import split_usable
+from media_usage_worker.domain.validation import RECONCILIATION_PAGE_LIMIT, split_usable
 from media_usage_worker.domain.vocabulary import (
     ErrorCode,
     WorkState,
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 # Ids per enqueue statement (the work repository's limit).
-PAGE = 50
+PAGE = RECONCILIATION_PAGE_LIMIT
 # Ids (or source keys) one step reads: twenty pages under one lease, so a backfill is not
 # paced by a round of lease, read and release for every fifty entries.
 STEP = 1000

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from media_usage_worker.domain.errors import CollectionNotFound
 from media_usage_worker.domain.policy import Limits
-from media_usage_worker.domain.validation import split_usable
+from media_usage_worker.domain.validation import RECONCILIATION_PAGE_LIMIT, split_usable
 from media_usage_worker.domain.vocabulary import CoverageStatus, ErrorCode, RefreshCode
 from media_usage_worker.pipeline.refresh import refresh_entries
 from media_usage_worker.repository import collections
@@ -28,7 +28,8 @@ from media_usage_worker.repository.ids import new_ulid
 if TYPE_CHECKING:
     from sqlalchemy import Engine
 
-PAGE = 50
+# Entries per page of a repair: the reconciliation's page.
+PAGE = RECONCILIATION_PAGE_LIMIT
 
 
 @dataclass(frozen=True)

@@ -211,12 +211,11 @@ def _fresh_engines_after_fork(**_: object) -> None:
     dispose_all()
 
 
-def late_duplicate_tick(task: Any, interval_seconds: float) -> dict[str, Any] | None:
-    """``{"skipped": ...}`` when a tick of ``task``'s name already ran in the last half interval
-    (ticks queued while the workers were down); ``None`` to go on. A direct call
-    (``.apply()``) always goes on."""
-    from media_usage_worker.tasks import dispatch
+def __getattr__(name: str) -> Any:
+    # ``late_duplicate_tick`` lives in ``tasks.ticks`` now (importing it here at the top would
+    # bring back the cycle through ``dispatch``); the old import keeps working.
+    if name == "late_duplicate_tick":
+        from media_usage_worker.tasks.ticks import late_duplicate_tick
 
-    if task.request.is_eager or dispatch.first_tick_in(task.name, interval_seconds):
-        return None
-    return {"skipped": "another tick of this name ran within half its interval"}
+        return late_duplicate_tick
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -19,7 +19,7 @@ from media_usage_worker.repository.db import parse_database_url
 
 T = TypeVar("T")
 
-DEFAULT_DATABASE_URL = "sqlite:///media_usage.db"
+DEFAULT_DATABASE_URL = policy.DEFAULT_DATABASE_URL
 DEFAULT_BROKER_URL = "redis://localhost:6379/0"
 DEFAULT_QUEUE = "media_usage"
 # The hard limit bounds how long heartbeats may extend a lease; the soft limit fires first.
@@ -157,7 +157,7 @@ def batch_size() -> int:
 def deletion_lease_seconds() -> int:
     """A collection deletion's lease (300 s, as emdash): a killed worker's deletion resumes
     once it expires."""
-    return positive_int("MEDIA_USAGE_DELETION_LEASE_SECONDS", deletion.LEASE_SECONDS)
+    return positive_int("MEDIA_USAGE_DELETION_LEASE_SECONDS", deletion.DELETION_LEASE_SECONDS)
 
 
 def reconcile_defer_seconds() -> int:

@@ -9,9 +9,18 @@ from typing import Any
 import sqlalchemy as sa
 from celery import Task
 
-from media_usage_worker.tasks.app import late_duplicate_tick
+from media_usage_worker.tasks import dispatch
 from media_usage_worker.tasks.engines import migrated_engine, waiting_for
 from media_usage_worker.tasks.events import emit
+
+
+def late_duplicate_tick(task: Any, interval_seconds: float) -> dict[str, Any] | None:
+    """``{"skipped": ...}`` when a tick of ``task``'s name already ran in the last half interval
+    (ticks queued while the workers were down); ``None`` to go on. A direct call
+    (``.apply()``) always goes on."""
+    if task.request.is_eager or dispatch.first_tick_in(task.name, interval_seconds):
+        return None
+    return {"skipped": "another tick of this name ran within half its interval"}
 
 
 def beat_tick(

@@ -135,3 +135,15 @@ def test_every_fixed_name_imports_from_a_fresh_interpreter(module: str) -> None:
     assert done.returncode == 0, done.stderr
     # A missing name, or one left out of ``__all__`` (``from module import *``), is listed.
     assert json.loads(done.stdout) == [], f"{module} lost names"
+
+
+def test_names_that_moved_still_import_from_where_they_were() -> None:
+    from media_usage_worker.cli.common import DEFAULT_DATABASE_URL as cli_default
+    from media_usage_worker.domain import deletion, policy
+    from media_usage_worker.tasks.app import late_duplicate_tick as moved
+    from media_usage_worker.tasks.settings import DEFAULT_DATABASE_URL as task_default
+    from media_usage_worker.tasks.ticks import late_duplicate_tick
+
+    assert moved is late_duplicate_tick
+    assert cli_default == task_default == policy.DEFAULT_DATABASE_URL
+    assert deletion.LEASE_SECONDS == deletion.DELETION_LEASE_SECONDS != policy.LEASE_SECONDS
