@@ -23,6 +23,17 @@ class InvalidArgument(MediaUsageError, ValueError):
     """Invalid argument for a media usage operation."""
 
 
+class NowhereToPurge(InvalidArgument):
+    """Nowhere to send purged files: set MEDIA_USAGE_PURGE_TASK (a host task) or
+    MEDIA_USAGE_STORAGE_DIR (a local directory)."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "Nowhere to send purged files: set MEDIA_USAGE_PURGE_TASK (a host task) or "
+            "MEDIA_USAGE_STORAGE_DIR (a local directory)."
+        )
+
+
 class InvalidMessage(InvalidArgument):
     """The broker message is malformed and was dropped."""
 

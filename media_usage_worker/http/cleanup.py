@@ -140,12 +140,7 @@ def cleanup_operator_routes(
             raise InvalidArgument('"retired_before" is a whole number of days.')
         if not isinstance(dry_run, bool):
             raise InvalidArgument('"dry_run" is true or false.')
-        target = settings.purge
-        if target.task is None and target.directory is None:
-            raise ApiError(
-                409, "nowhere_to_purge",
-                "Set MEDIA_USAGE_PURGE_TASK or MEDIA_USAGE_STORAGE_DIR for the server.",
-            )  # fmt: skip
+        target = settings.purge  # neither set: NowhereToPurge, 409 (http.errors)
 
         def send(task: str, keys: list[str]) -> None:
             send_purged_files(task, keys, settings.purge_queue)

@@ -21,6 +21,7 @@ from media_usage_worker.domain.errors import (
     CollectionNotFound,
     InvalidArgument,
     MediaUsageError,
+    NowhereToPurge,
 )
 
 log = logging.getLogger(__name__)
@@ -59,6 +60,10 @@ def install(app: FastAPI) -> None:
         first: dict[str, Any] = exc.errors()[0] if exc.errors() else {}
         where = ".".join(str(part) for part in first.get("loc", ()))
         return error_response(400, "invalid_argument", f"{where}: {first.get('msg', 'invalid')}")
+
+    @app.exception_handler(NowhereToPurge)
+    async def nowhere(_: Request, exc: NowhereToPurge) -> JSONResponse:
+        return error_response(409, "nowhere_to_purge", str(exc))
 
     @app.exception_handler(InvalidArgument)
     async def invalid(_: Request, exc: InvalidArgument) -> JSONResponse:

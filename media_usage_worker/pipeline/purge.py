@@ -30,7 +30,7 @@ from media_usage_worker.domain.cleanup import (
     checked_actor,
     file_under,
 )
-from media_usage_worker.domain.errors import InvalidArgument
+from media_usage_worker.domain.errors import InvalidArgument, NowhereToPurge
 from media_usage_worker.domain.mentions import Mention, Needles, first_mentions
 from media_usage_worker.repository import purge as store
 from media_usage_worker.repository import sweep
@@ -124,10 +124,7 @@ def purge(
     days = _checked_days(older_than_days)
     who = checked_actor(actor)
     if target.task is None and target.directory is None:
-        raise InvalidArgument(
-            "Nowhere to send purged files: set MEDIA_USAGE_PURGE_TASK (a host task) or "
-            "MEDIA_USAGE_STORAGE_DIR (a local directory)."
-        )
+        raise NowhereToPurge()
     first = PurgeReport() if dry_run else deliver(engine, target, send)
     purged: list[str] = []
     kept: dict[str, Kept] = {}

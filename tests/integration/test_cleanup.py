@@ -322,7 +322,9 @@ def test_over_http_with_a_real_server(site, tmp_path) -> None:
         ("http", "purge"), ("http", "retire"), ("http", "restore"), ("http", "retire"),
     ]  # fmt: skip
     with serving(url, tmp_path) as api:  # no target: nothing is purged
-        assert api.post("/v1/media/purge", {"retired_before": 0}).status == 409
+        nowhere = api.post("/v1/media/purge", {"retired_before": 0})
+        assert (nowhere.status, nowhere.json["error"]["code"]) == (409, "nowhere_to_purge")
+        assert "MEDIA_USAGE_STORAGE_DIR" in nowhere.json["error"]["message"]
 
 
 def _retired_long_ago(engine: sa.Engine, *ids: str) -> None:
