@@ -175,16 +175,11 @@ def restore_command(ids: tuple[str, ...], as_json: bool, database_url: str) -> N
 def dangling_command(limit: int, as_json: bool, database_url: str) -> None:
     """References to a media id no library item has (never existed, deleted by the host, or
     retired before a late write), with where each one is."""
-    from media_usage_worker.domain.host_sources import kind_label
     from media_usage_worker.repository.cleanup import dangling
 
     with open_engine(database_url) as engine:
         found, total = dangling(engine, limit)
-    shown = [
-        {"media_id": m, "kind": kind_label(slug), "collection": slug, "content_id": c,
-         "field_path": path}
-        for m, slug, c, path in found
-    ]  # fmt: skip
+    shown = [reference.shown() for reference in found]
     if as_json:
         click.echo(json.dumps({"total": total, "references": shown}))
         return

@@ -14,7 +14,6 @@ from starlette.concurrency import run_in_threadpool
 
 from media_usage_worker.domain.cleanup import UnusedFilter
 from media_usage_worker.domain.errors import InvalidArgument
-from media_usage_worker.domain.host_sources import kind_label
 from media_usage_worker.http.bodies import json_object, page_limit
 from media_usage_worker.http.errors import ApiError
 from media_usage_worker.http.settings import ApiSettings
@@ -71,14 +70,7 @@ def cleanup_read_routes(engine: sa.Engine, *, read: Sequence[Depends]) -> APIRou
     def dangling_references(limit: str | None = None) -> dict[str, Any]:
         """References to a media id no library item has, with where each one is."""
         found, total = dangling(engine, page_limit(limit) or 100)
-        return {
-            "total": total,
-            "references": [
-                {"media_id": m, "kind": kind_label(slug), "collection": slug,
-                 "content_id": content_id, "field_path": path}
-                for m, slug, content_id, path in found
-            ],
-        }  # fmt: skip
+        return {"total": total, "references": [reference.shown() for reference in found]}
 
     return router
 

@@ -16,7 +16,7 @@ import functools
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 
@@ -28,6 +28,7 @@ from media_usage_worker.domain.cleanup import (
     UnusedFilter,
     UnusedItem,
 )
+from media_usage_worker.domain.host_sources import kind_label
 from media_usage_worker.repository.audit_log import audit_page, write_audit
 from media_usage_worker.repository.clock import db_now
 from media_usage_worker.repository.db import Bind, read_transaction, transaction
@@ -118,9 +119,19 @@ def _selection(chosen: UnusedFilter) -> list[sa.ColumnElement[bool]]:
 MAX_WAITING_IDS = 5000
 
 
+class UnusedRead(NamedTuple):
+    """What ``unused_items`` reads (a tuple too, for callers that unpack it)."""
+
+    coverage: str
+    known: bool
+    items: list[UnusedItem]
+    # The whole selection's count and bytes, when asked for and known.
+    totals: tuple[int, int] | None
+
+
 def unused_items(
     bind: Bind, chosen: UnusedFilter, after: str | None, limit: int, *, totals: bool
-) -> tuple[str, bool, list[UnusedItem], tuple[int, int] | None]:
+) -> UnusedRead:
     """(coverage, whether the answer is known, a page of unused items after the id ``after``,
     and with ``totals`` their count and bytes over the whole selection). Known while coverage
     is ``complete``, or whole but for queued writes whose references can be read now
@@ -133,7 +144,7 @@ def unused_items(
         if not coverage.complete:
             waiting = uses_not_yet_indexed(conn)
             if waiting is None or len(waiting) > MAX_WAITING_IDS:
-                return coverage.status, False, [], None
+                return UnusedRead(coverage.status, False, [], None)
             if waiting:
                 where.append(m.id.not_in(sorted(waiting)))
         page = sa.select(m.id, m.filename, m.mime_type, m.size, m.storage_key, m.created_at)
@@ -142,11 +153,11 @@ def unused_items(
             page = page.where(m.id > after)
         items = [UnusedItem(*row) for row in conn.execute(page)]
         if not totals:
-            return coverage.status, True, items, None
+            return UnusedRead(coverage.status, True, items, None)
         count, size = conn.execute(
             sa.select(sa.func.count(), sa.func.coalesce(sa.func.sum(m.size), 0)).where(*where)
         ).one()
-    return coverage.status, True, items, (int(count), int(size))
+    return UnusedRead(coverage.status, True, items, (int(count), int(size)))
 
 
 def unused_ids(bind: Bind, chosen: UnusedFilter, after: str | None, limit: int) -> list[str]:
@@ -295,15 +306,40 @@ def _dangling_statement() -> sa.Select[Any]:
     )
 
 
-def dangling(bind: Bind, limit: int) -> tuple[list[tuple[str, str, str, str]], int]:
-    """(up to ``limit`` references to no library item, with where they are; how many there are)."""
+class DanglingReference(NamedTuple):
+    """A current reference to a media id no library item has, and where it is."""
+
+    media_id: str
+    collection: str  # a collection's slug, or a source's scope key
+    content_id: str
+    field_path: str
+
+    @property
+    def kind(self) -> str:
+        """``content``, or the kind of the source beyond content the reference is in."""
+        return kind_label(self.collection)
+
+    def shown(self) -> dict[str, str]:
+        """As the CLI's ``--json`` and the HTTP API give it."""
+        return {"media_id": self.media_id, "kind": self.kind, "collection": self.collection,
+                "content_id": self.content_id, "field_path": self.field_path}  # fmt: skip
+
+
+class DanglingRead(NamedTuple):
+    references: list[DanglingReference]  # up to the limit asked for
+    total: int  # how many there are
+
+
+def dangling(bind: Bind, limit: int) -> DanglingRead:
+    """Up to ``limit`` references to no library item, with where they are, and how many there
+    are."""
     statement = _dangling_statement()
     with read_transaction(bind) as conn:
-        rows = [tuple(row) for row in conn.execute(statement.limit(limit))]
+        rows = [DanglingReference(*row) for row in conn.execute(statement.limit(limit))]
         total = conn.execute(
             sa.select(sa.func.count()).select_from(statement.order_by(None).subquery())
         ).scalar_one()
-    return rows, int(total)
+    return DanglingRead(rows, int(total))
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 
@@ -57,6 +57,14 @@ class CollectionStatus:
     reason: str | None = None
 
 
+class Overview(NamedTuple):
+    """What ``overview`` reads (a tuple too, for callers that unpack it)."""
+
+    capture: str
+    coverage: str
+    scopes: list[CollectionStatus]
+
+
 _STATUS_ROWS = (
     sa.select(
         SCOPES.c.slug, SCOPES.c.id, st.status, st.capture_state, st.change_epoch,
@@ -96,7 +104,7 @@ _DUE_SINCE = [
 ]
 
 
-def overview(engine: sa.Engine) -> tuple[str, str, list[CollectionStatus]]:
+def overview(engine: sa.Engine) -> Overview:
     """(activation state, aggregate coverage, per-collection details)."""
     with read_transaction(engine) as conn:
         now = conn.execute(sa.select(db_now())).scalar_one()
@@ -163,7 +171,7 @@ def overview(engine: sa.Engine) -> tuple[str, str, list[CollectionStatus]]:
     aggregate = coverage_rules.aggregate([d.coverage for d in details])
     # The collections first, then the sources beyond content, each in slug order.
     details.sort(key=lambda d: (d.kind != "content", d.slug))
-    return capture, aggregate, details
+    return Overview(capture, aggregate, details)
 
 
 def _oldest_due(conn: sa.Connection) -> dict[str, str]:
