@@ -15,7 +15,7 @@ from media_usage_worker.domain.extraction import MediaUrls, extraction_fields
 from media_usage_worker.domain.snapshots import DISPLAY_FIELDS, Revision, build_snapshots
 from media_usage_worker.domain.validation import is_usable_identifier
 from media_usage_worker.repository.collections import CollectionRegistry
-from media_usage_worker.repository.host_sources import all_sources
+from media_usage_worker.repository.host_sources import list_sources
 
 Row = tuple[str, str, str, str | None, str, str, str | None, str | None]
 
@@ -64,7 +64,7 @@ def expected_index(engine: sa.Engine) -> set[Row]:
 def _expected_of_host_sources(conn: sa.Connection, urls: MediaUrls) -> set[Row]:
     """Every row of every source beyond content, extracted as a content row would be."""
     expected: set[Row] = set()
-    for source in all_sources(conn):
+    for source in list_sources(conn):
         paths = conn.execute(
             sa.text("SELECT field_slug, path FROM _media_usage_worker_reference_paths "
                     "WHERE collection_id = :id"), {"id": source.collection_id},

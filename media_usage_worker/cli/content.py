@@ -107,8 +107,7 @@ def collections_list(as_json: bool, database_url: str) -> None:
                 "slug": c.slug,
                 "label": c.label,
                 "fields": [
-                    {"slug": f.slug, "type": f.type}
-                    for f in collections.collection_fields(engine, c.id)
+                    {"slug": f.slug, "type": f.type} for f in collections.load_fields(engine, c.id)
                 ],
             }
             for c in collections.list_collections(engine)

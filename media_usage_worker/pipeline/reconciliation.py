@@ -33,6 +33,7 @@ from media_usage_worker.repository import statistics
 from media_usage_worker.repository import work_rescan as rescan
 from media_usage_worker.repository.activation import capture_new_collections
 from media_usage_worker.repository.built_in_sources import sync_built_in_sources
+from media_usage_worker.repository.field_registry import load_fields
 from media_usage_worker.repository.reconciliation import Coordinator
 from media_usage_worker.repository.rules import mark_fields_changed, mark_rules_changed
 
@@ -127,7 +128,7 @@ class Reconciler:
             return self._start(c, restarted=False)
         if not store.run_still_owned(self.engine, c):
             return self._start(c, restarted=True)
-        fields = store.current_fields(self.engine, c.collection_id)
+        fields = load_fields(self.engine, c.collection_id)
         if field_fingerprint(fields) != c.field_fingerprint:
             return self._start(c, restarted=True)
         if c.phase == Phase.SCAN:

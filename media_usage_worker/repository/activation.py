@@ -25,7 +25,7 @@ from media_usage_worker.domain.vocabulary import (
 from media_usage_worker.repository import host_sources, schema, triggers
 from media_usage_worker.repository.clock import db_now
 from media_usage_worker.repository.content_tables import content_table_name, scope_columns
-from media_usage_worker.repository.db import read_transaction
+from media_usage_worker.repository.db import read_transaction, transaction
 from media_usage_worker.repository.predicates import active_status_row, status_row
 from media_usage_worker.repository.rules_state import record_indexed_rules
 from media_usage_worker.repository.upsert import insert_factory
@@ -124,7 +124,7 @@ def activate(engine: sa.Engine) -> list[str]:
     Returns the slugs it covered.
     """
     registry = schema.collections.c
-    with engine.begin() as conn:
+    with transaction(engine) as conn:
         rows = conn.execute(sa.select(registry.id, registry.slug).order_by(registry.slug)).all()
         for collection_id, slug in rows:
             # A host may register any slug; only one that is a safe identifier becomes SQL.
@@ -137,7 +137,7 @@ def activate(engine: sa.Engine) -> list[str]:
             if not sa.inspect(conn).has_table(content_table_name(slug)):
                 raise ActivationError(f"Collection {slug!r} has no ec_{slug} table.")
             capture_collection(conn, collection_id, slug)
-        for source in host_sources.all_sources(conn):
+        for source in host_sources.list_sources(conn):
             capture_source(conn, source)
         triggers.install_revisions(conn)
         conn.execute(
@@ -195,7 +195,7 @@ def capture_new_collections(engine: sa.Engine) -> list[str]:
         if not is_activation_active(conn) or conn.execute(uncaptured).first() is None:
             return []
     captured = []
-    with engine.begin() as conn:
+    with transaction(engine) as conn:
         if not is_activation_active(conn):
             return []
         for collection_id, slug in conn.execute(uncaptured).all():
@@ -227,7 +227,7 @@ def deactivate(engine: sa.Engine) -> list[str]:
     deletion is in progress. Returns the slugs whose triggers were dropped.
     """
     registry = schema.collections.c
-    with engine.begin() as conn:
+    with transaction(engine) as conn:
         deleting = conn.execute(
             sa.select(sa.func.count()).select_from(schema.collection_deletions)
         ).scalar_one()
@@ -244,7 +244,7 @@ def deactivate(engine: sa.Engine) -> list[str]:
         # lock), so the work rows they queued exist by the time they are deleted below.
         for slug in slugs:
             triggers.remove(conn, slug)
-        for source in host_sources.all_sources(conn):
+        for source in host_sources.list_sources(conn):
             if sa.inspect(conn).has_table(source.table):
                 triggers.remove_source(conn, source)
         triggers.remove_revisions(conn)
@@ -344,7 +344,7 @@ def declare_source(
                 f"Reference path {path.text!r} must start with one of the source's JSON "
                 f"columns ({', '.join(sorted(json_columns)) or 'it has none'})."
             )
-    with engine.begin() as conn:
+    with transaction(engine) as conn:
         host_sources.check_declarable(conn, source)
         host_sources.insert_source(conn, source)
         for path in paths:
@@ -368,7 +368,7 @@ def declare_source(
 def remove_declared_source(engine: sa.Engine, table: str) -> HostSource:
     """Remove a declared source and everything of it, in one transaction: its triggers (the
     drop waits for the table's writers in flight), its work, coverage and index rows."""
-    with engine.begin() as conn:
+    with transaction(engine) as conn:
         source = host_sources.require_declared(conn, table)
         if sa.inspect(conn).has_table(source.table):
             triggers.remove_source(conn, source)

@@ -22,7 +22,7 @@ from media_usage_worker.domain.vocabulary import ErrorCode
 from media_usage_worker.repository import schema
 from media_usage_worker.repository.activation import capture_source, is_activation_active
 from media_usage_worker.repository.collections import Collection, invalidate_coverage
-from media_usage_worker.repository.db import read_transaction
+from media_usage_worker.repository.db import read_transaction, transaction
 from media_usage_worker.repository.host_sources import (
     catalog_columns,
     check_against_catalog,
@@ -67,7 +67,7 @@ def sync_built_in_sources(engine: sa.Engine) -> list[str]:
     with read_transaction(engine) as conn:
         if not _changes(conn):
             return []
-    with engine.begin() as conn:
+    with transaction(engine) as conn:
         return register_built_in_sources(conn)
 
 

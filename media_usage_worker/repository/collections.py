@@ -36,7 +36,7 @@ from media_usage_worker.repository.content_tables import (
 )
 from media_usage_worker.repository.db import Bind, on_bind, read_transaction, transaction
 from media_usage_worker.repository.field_registry import load_fields as load_fields  # re-exported
-from media_usage_worker.repository.host_sources import all_sources
+from media_usage_worker.repository.host_sources import list_sources
 from media_usage_worker.repository.ids import new_ulid
 from media_usage_worker.repository.predicates import registered
 from media_usage_worker.repository.schema import (
@@ -95,7 +95,7 @@ def create_field(bind: Bind, collection_slug: str, field: FieldDefinition) -> No
     collection_slug = validate_collection_slug(collection_slug)
     (definition,) = validate_fields([field])
     with transaction(bind) as conn:
-        collection = _find(conn, collection_slug)
+        collection = find_collection(conn, collection_slug)
         if collection is None:
             raise CollectionNotFound(f"No collection has slug {collection_slug!r}.")
         existing = conn.execute(
@@ -124,8 +124,10 @@ _COLLECTION = sa.select(collections.c.id, collections.c.slug, collections.c.labe
 
 
 def find_collection(bind: Bind, slug: str) -> Collection | None:
+    """The collection ``slug``, or ``None`` (in the caller's transaction when it is in one)."""
     with read_transaction(bind) as conn:
-        return _find(conn, slug)
+        row = conn.execute(_COLLECTION.where(collections.c.slug == slug)).first()
+    return Collection(*row) if row else None
 
 
 def find_collection_by_id(bind: Bind, collection_id: str) -> Collection | None:
@@ -140,19 +142,8 @@ def list_collections(bind: Bind) -> list[Collection]:
     return [Collection(*row) for row in rows]
 
 
-def collection_fields(bind: Bind, collection_id: str) -> list[FieldDefinition]:
-    """The collection's fields in their sort order, as stored (validation JSON parsed)."""
-    with read_transaction(bind) as conn:
-        return load_fields(conn, collection_id)
-
-
-def _find(conn: sa.Connection, slug: str) -> Collection | None:
-    row = conn.execute(_COLLECTION.where(collections.c.slug == slug)).first()
-    return Collection(*row) if row else None
-
-
 def _assert_slug_free(conn: sa.Connection, slug: str) -> None:
-    if _find(conn, slug) is not None:
+    if find_collection(conn, slug) is not None:
         raise CollectionExists(f"Collection {slug!r} already exists.")
     tombstone = conn.execute(
         sa.select(collection_deletions.c.collection_id).where(
@@ -177,7 +168,7 @@ class CollectionRegistry:
     get = on_bind(find_collection)
     get_by_id = on_bind(find_collection_by_id)
     list = on_bind(list_collections)
-    fields = on_bind(collection_fields)
+    fields = on_bind(load_fields)
 
 
 def _field_row(collection_id: str, definition: FieldDefinition, position: int) -> sa.Insert:
@@ -231,7 +222,7 @@ def invalidate_coverage(conn: sa.Connection, collection: Collection, code: Error
 
 def collection_by_slug(conn: sa.Connection, slug: str) -> Collection:
     """The registered collection ``slug``, read in the caller's transaction."""
-    collection = _find(conn, slug)
+    collection = find_collection(conn, slug)
     if collection is None:
         raise CollectionNotFound(f"No collection has slug {slug!r}.")
     return collection
@@ -255,7 +246,7 @@ def request_source_reindex(bind: Bind, kind: str) -> int:
     ``user``, ``byline``, ``table:<name>``): its rows are re-indexed through work items, the
     only way a source's rows are written (docs/design.md §11a)."""
     with transaction(bind) as conn:
-        found = [s for s in all_sources(conn) if s.label == kind]
+        found = [s for s in list_sources(conn) if s.label == kind]
         if not found:
             raise SourceNotFound(f"No source of kind {kind!r}.")
         if not activation.is_activation_active(conn):

@@ -176,15 +176,19 @@ Bind = Engine | sa.Connection
 
 @contextmanager
 def transaction(bind: Bind) -> Iterator[sa.Connection]:
-    """One transaction on ``bind``.
+    """One transaction on ``bind``, or the one it is already in.
 
     An engine lends a pooled connection for it; a held connection is reused, so a caller that
     runs several steps (the processor) pays for one checkout and one pre-ping, not one per step.
-    Each call commits on its own; a connection already inside a transaction is an error.
+    Each call on an engine or an idle connection commits on its own. On a connection already
+    inside a transaction the call joins it: the caller's transaction commits or rolls back the
+    whole, so one function serves both a step of its own and a part of a larger one.
     """
     if isinstance(bind, Engine):
         with bind.connect() as conn, _begun(conn):
             yield conn
+    elif bind.in_transaction():
+        yield bind
     else:
         with _begun(bind):
             yield bind
@@ -222,13 +226,17 @@ def read_transaction(bind: Bind) -> Iterator[sa.Connection]:
     In WAL mode a deferred reader sees the last commit and never waits for the write lock, so
     ``status``, listings and the tick's selection answer at once behind a long writer. Only
     statements that write nothing belong here: a deferred transaction that writes would have to
-    upgrade its lock half-way, which is what ``BEGIN IMMEDIATE`` exists to avoid.
+    upgrade its lock half-way, which is what ``BEGIN IMMEDIATE`` exists to avoid. On a
+    connection already inside a transaction the reads join it, whatever kind it is.
     """
     if isinstance(bind, Engine):
         with bind.connect() as conn:
             conn.execution_options(**{_READ_ONLY: True})
             with _begun(conn):
                 yield conn
+        return
+    if bind.in_transaction():
+        yield bind
         return
     bind.execution_options(**{_READ_ONLY: True})
     try:

@@ -22,7 +22,8 @@ from media_usage_worker.domain.content_model import (
 )
 from media_usage_worker.domain.host_sources import ID_PREFIX
 from media_usage_worker.domain.snapshots import field_fingerprint
-from media_usage_worker.repository.host_sources import all_sources, find_source
+from media_usage_worker.repository.db import Bind, read_transaction
+from media_usage_worker.repository.host_sources import find_source, list_sources
 from media_usage_worker.repository.schema import collections, fields, reference_paths
 
 _DECLARED_PATHS = (
@@ -41,17 +42,21 @@ _FIELD_COLUMNS = (
 _ORDER = (fields.c.sort_order, fields.c.slug)
 
 
-def load_fields(conn: sa.Connection, collection_id: str) -> list[FieldDefinition]:
-    """The collection's fields, each with the reference paths declared into it; a source
-    beyond content's columns, as fields (``domain.host_sources``)."""
-    paths = conn.execute(_DECLARED_PATHS, {"collection_id": collection_id}).all()
-    if collection_id.startswith(ID_PREFIX):
-        source = find_source(conn, collection_id)
-        return [] if source is None else source.fields((f, p) for f, p in paths)
-    declared = _by_field([(f, p) for f, p in paths])
-    rows = conn.execute(
-        sa.select(*_FIELD_COLUMNS).where(fields.c.collection_id == collection_id).order_by(*_ORDER)
-    ).all()
+def load_fields(bind: Bind, collection_id: str) -> list[FieldDefinition]:
+    """The collection's fields in their sort order, each with the reference paths declared
+    into it (validation JSON parsed); a source beyond content's columns, as fields
+    (``domain.host_sources``). In the caller's transaction when it is in one."""
+    with read_transaction(bind) as conn:
+        paths = conn.execute(_DECLARED_PATHS, {"collection_id": collection_id}).all()
+        if collection_id.startswith(ID_PREFIX):
+            source = find_source(conn, collection_id)
+            return [] if source is None else source.fields((f, p) for f, p in paths)
+        declared = _by_field([(f, p) for f, p in paths])
+        rows = conn.execute(
+            sa.select(*_FIELD_COLUMNS)
+            .where(fields.c.collection_id == collection_id)
+            .order_by(*_ORDER)
+        ).all()
     return [_definition(row, declared) for row in rows]
 
 
@@ -74,7 +79,7 @@ def current_fingerprints(conn: sa.Connection) -> dict[str, str]:
             declared = _by_field(pairs.get(row.collection_id, []))
             by_collection[row.collection_id].append(_definition(row, declared))
     found = {cid: field_fingerprint(defined) for cid, defined in by_collection.items()}
-    for source in all_sources(conn):
+    for source in list_sources(conn):
         found[source.collection_id] = field_fingerprint(
             source.fields(pairs.get(source.collection_id, []))
         )

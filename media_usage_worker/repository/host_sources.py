@@ -24,7 +24,7 @@ from media_usage_worker.domain.host_sources import (
     checked_identifier,
 )
 from media_usage_worker.repository import schema
-from media_usage_worker.repository.db import Bind, transaction
+from media_usage_worker.repository.db import Bind, read_transaction, transaction
 
 _h = schema.host_sources.c
 # Column types a key may have: text, so a key is the work table's content id as it is.
@@ -66,15 +66,12 @@ def find_source(conn: sa.Connection, collection_id: str) -> HostSource | None:
     return None if row is None else _from_row(row)
 
 
-def all_sources(conn: sa.Connection) -> list[HostSource]:
-    """Every registered source, in table order, read in the caller's transaction."""
-    rows = conn.execute(sa.select(schema.host_sources).order_by(_h.table_name)).all()
-    return [_from_row(row) for row in rows]
-
-
 def list_sources(bind: Bind) -> list[HostSource]:
-    with transaction(bind) as conn:
-        return all_sources(conn)
+    """Every registered source, in table order (in the caller's transaction when it is in
+    one)."""
+    with read_transaction(bind) as conn:
+        rows = conn.execute(sa.select(schema.host_sources).order_by(_h.table_name)).all()
+    return [_from_row(row) for row in rows]
 
 
 def check_against_catalog(conn: sa.Connection, source: HostSource) -> None:
@@ -142,7 +139,7 @@ def catalog_columns(conn: sa.Connection, tables: Collection[str]) -> dict[str, s
 
 def registered_built_ins(conn: sa.Connection) -> dict[SourceKind, HostSource]:
     """The built-in sources as they are registered, by kind."""
-    return {s.kind: s for s in all_sources(conn) if s.kind != SourceKind.TABLE}
+    return {s.kind: s for s in list_sources(conn) if s.kind != SourceKind.TABLE}
 
 
 def built_in_gaps(conn: sa.Connection) -> dict[HostSource, str]:

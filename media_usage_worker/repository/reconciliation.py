@@ -326,11 +326,6 @@ def _finish_failed_coverage(conn: sa.Connection, c: Coordinator, code: ErrorCode
 # --- a run -----------------------------------------------------------------------------------
 
 
-def current_fields(engine: sa.Engine, collection_id: str) -> list[FieldDefinition]:
-    with transaction(engine) as conn:
-        return load_fields(conn, collection_id)
-
-
 def run_still_owned(engine: sa.Engine, c: Coordinator) -> bool:
     with transaction(engine) as conn:
         return conn.execute(sa.select(1).where(*_owns_run(c))).first() is not None

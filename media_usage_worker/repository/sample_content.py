@@ -113,7 +113,7 @@ def create_sample_site(engine: sa.Engine) -> None:
         _insert_missing(conn, _menu, "id", [
             {"id": i, "items": json.dumps(items), "link": link} for i, items, link in SAMPLE_MENU
         ])  # fmt: skip
-        declared = SAMPLE_MENU_TABLE in {s.table for s in host_sources.all_sources(conn)}
+        declared = SAMPLE_MENU_TABLE in {s.table for s in host_sources.list_sources(conn)}
     if not declared:
         columns = (("items", ColumnKind.JSON), ("link", ColumnKind.URL))
         declare_source(engine, HostSource(SourceKind.TABLE, SAMPLE_MENU_TABLE, "id", columns))

@@ -103,3 +103,24 @@ def test_a_read_transaction_leaves_the_write_lock_free_and_restores_the_connecti
             with pytest.raises(sqlite3.OperationalError, match="locked"):
                 peer.execute("BEGIN IMMEDIATE")
     peer.close()
+
+
+def test_a_connection_in_a_transaction_is_joined_not_committed(db) -> None:
+    """``transaction`` and ``read_transaction`` join the transaction a connection is already
+    in: its reads see the caller's own writes, and the caller's rollback undoes theirs."""
+    from media_usage_worker.repository.collections import find_collection
+    from media_usage_worker.repository.db import transaction
+
+    with db.connect() as conn:
+        outer = conn.begin()
+        conn.execute(
+            sa.text("INSERT INTO _emdash_collections (id, slug, label) VALUES ('c1', 'x', 'X')")
+        )
+        with transaction(conn) as joined:
+            assert joined is conn and conn.in_transaction()
+            joined.execute(sa.text("UPDATE _emdash_collections SET label = 'Y' WHERE id = 'c1'"))
+        found = find_collection(conn, "x")  # a read in the same, still open, transaction
+        assert found is not None and found.label == "Y"
+        assert conn.in_transaction()  # the joined call committed nothing of its own
+        outer.rollback()
+    assert find_collection(db, "x") is None
