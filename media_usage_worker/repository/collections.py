@@ -130,6 +130,10 @@ def find_collection(bind: Bind, slug: str) -> Collection | None:
     return Collection(*row) if row else None
 
 
+# The earlier name of ``load_fields`` over any bind, still importable.
+collection_fields = load_fields
+
+
 def find_collection_by_id(bind: Bind, collection_id: str) -> Collection | None:
     with read_transaction(bind) as conn:
         row = conn.execute(_COLLECTION.where(collections.c.id == collection_id)).first()

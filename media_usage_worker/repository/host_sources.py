@@ -74,6 +74,10 @@ def list_sources(bind: Bind) -> list[HostSource]:
     return [_from_row(row) for row in rows]
 
 
+# The earlier name of ``list_sources`` on a connection, still importable.
+all_sources = list_sources
+
+
 def check_against_catalog(conn: sa.Connection, source: HostSource) -> None:
     """The table exists with every named column, and its key column is a text key (the
     primary key, or unique and NOT NULL); raises ``InvalidSource`` saying what is wrong."""

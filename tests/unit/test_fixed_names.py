@@ -145,5 +145,9 @@ def test_names_that_moved_still_import_from_where_they_were() -> None:
     from media_usage_worker.tasks.ticks import late_duplicate_tick
 
     assert moved is late_duplicate_tick
+    from media_usage_worker.repository import collections, field_registry, host_sources
+
+    assert collections.collection_fields is field_registry.load_fields
+    assert host_sources.all_sources is host_sources.list_sources
     assert cli_default == task_default == policy.DEFAULT_DATABASE_URL
     assert deletion.LEASE_SECONDS == deletion.DELETION_LEASE_SECONDS != policy.LEASE_SECONDS
