@@ -20,7 +20,7 @@ import sqlalchemy as sa
 
 from media_usage_worker.api import MediaUsage
 from media_usage_worker.repository.db import create_engine
-from tests.integration.test_emdash_sites import truly_used
+from tests.emdash_truth import truly_used
 from tests.processes import ROOT, Processes, cli, wait_for
 
 pytestmark = pytest.mark.slow
