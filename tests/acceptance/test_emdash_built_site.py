@@ -3,12 +3,12 @@ beside this project's peers), adopted with the README's steps only, indexed by a
 beat, and followed while emdash writes more, changes its schema and deletes a collection: every
 media item's uses and the ``unused`` listing agree with a truth computed from the rows.
 
-The npm install and the better-sqlite3 build take about a minute and a half; they are kept in
-``.ci-cache/`` of the checkout, so a second run in the same directory starts at once."""
+The npm install and the better-sqlite3 build (``tests/emdash_builder.py``) take about a minute
+and a half; ``.ci/run`` starts them before the suite, and they are kept in ``.ci-cache/`` of the
+checkout, so a second run in the same directory starts at once."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -20,29 +20,12 @@ import sqlalchemy as sa
 
 from media_usage_worker.api import MediaUsage
 from media_usage_worker.repository.db import create_engine
+from tests.emdash_builder import build, builder
 from tests.emdash_truth import truly_used
-from tests.processes import ROOT, Processes, cli, wait_for
+from tests.processes import Processes, cli, wait_for
 
 pytestmark = pytest.mark.slow
 
-# The builder: emdash's write paths driven by a script (peers/emdash/v0.32/make-db.mjs), kept in
-# the workspace's shared folder beside a checkout (or one of its parents).
-_BESIDE = "shared/peers/emdash/v0.32"
-BUILDER = next(
-    (
-        path
-        for path in (
-            *([Path(os.environ["MEDIA_USAGE_EMDASH_BUILDER"])]
-              if os.environ.get("MEDIA_USAGE_EMDASH_BUILDER") else []),
-            *(parent / _BESIDE for parent in ROOT.parents),
-            Path("/work") / _BESIDE,
-        )
-        if (path / "make-db.mjs").is_file()
-    ),
-    ROOT.parent / _BESIDE,
-)  # fmt: skip
-CACHE = ROOT / ".ci-cache" / "emdash-0.32"
-NATIVE = CACHE / "node_modules/better-sqlite3/build/Release/better_sqlite3.node"
 SETTLE_SECONDS = 180
 
 
@@ -55,20 +38,13 @@ def run(command: list[str], cwd: Path, timeout: float) -> str:
 @pytest.fixture(scope="session")
 def emdash_032() -> Path:
     """A folder with emdash 0.32.0 installed and the builder scripts beside it."""
-    if not (BUILDER / "make-db.mjs").is_file():
-        pytest.skip(f"emdash's site builder is not at {BUILDER} (MEDIA_USAGE_EMDASH_BUILDER)")
+    if builder() is None:
+        pytest.skip("emdash's site builder is not found (MEDIA_USAGE_EMDASH_BUILDER)")
     for tool in ("node", "npm"):
         assert shutil.which(tool), f"{tool} is needed (Debian's nodejs and npm; .ci/run installs)"
-    CACHE.mkdir(parents=True, exist_ok=True)
-    for script in (*BUILDER.glob("*.mjs"), BUILDER / "package.json"):
-        shutil.copyfile(script, CACHE / script.name)
-    if not NATIVE.is_file():
-        run(["npm", "install", "emdash@0.32.0", "--ignore-scripts", "--legacy-peer-deps",
-             "--no-audit", "--no-fund"], CACHE, 600)  # fmt: skip
-        # No prebuilt binary is reachable: compile it against the machine's node headers.
-        run(["npx", "--yes", "node-gyp", "rebuild", "--release", "--nodedir=/usr", "-j", "2"],
-            CACHE / "node_modules/better-sqlite3", 900)  # fmt: skip
-    return CACHE
+    built = build()
+    assert built is not None
+    return built
 
 
 @pytest.fixture
