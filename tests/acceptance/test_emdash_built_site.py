@@ -106,9 +106,20 @@ def test_a_site_emdash_built_is_adopted_and_followed_as_emdash_keeps_writing(
         },
         tmp_path,
     )
+
+    def start() -> list[subprocess.Popen[bytes]]:
+        return [processes.worker(concurrency=2), processes.beat()]
+
+    def stop(running: list[subprocess.Popen[bytes]]) -> None:
+        # emdash's SQLite writes are deferred transactions that read, then write: a commit of
+        # the worker's in between fails them with SQLITE_BUSY_SNAPSHOT (docs/operations.md,
+        # "Running on an existing emdash site"), so emdash writes while the workers are down,
+        # and they catch up from the capture triggers when they are back.
+        for proc in running:
+            processes.kill(proc)
+
     try:
-        processes.worker(concurrency=2)
-        processes.beat()
+        running = start()
         agrees(engine)
         library, used = truly_used(engine)
         assert used and library - used, "the site has used and unused items"
@@ -116,9 +127,13 @@ def test_a_site_emdash_built_is_adopted_and_followed_as_emdash_keeps_writing(
         # emdash writes more through its own code: new, updated, trashed and deleted entries,
         # a field added and one deleted, a new collection, a media item and a logo changed.
         site = str(engine.url.database)
+        stop(running)
         run(["node", "make-db.mjs", site, "more"], emdash_032, 120)
+        running = start()
         agrees(engine)
+        stop(running)
         run(["node", "delete-collection.mjs", site, "pages"], emdash_032, 120)
+        running = start()
         with engine.connect() as conn:
             left = conn.execute(
                 sa.text("SELECT count(*) FROM _emdash_collections WHERE slug = 'pages'")
