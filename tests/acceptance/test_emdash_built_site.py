@@ -103,6 +103,8 @@ def test_a_site_emdash_built_is_adopted_and_followed_as_emdash_keeps_writing(
             "MEDIA_USAGE_TICK_SECONDS": "1",
             "MEDIA_USAGE_RECONCILE_SECONDS": "1",
             "MEDIA_USAGE_RECONCILE_DEFER_SECONDS": "1",
+            # A worker stopped with items leased: they are due again soon.
+            "MEDIA_USAGE_LEASE_SECONDS": "5",
         },
         tmp_path,
     )
