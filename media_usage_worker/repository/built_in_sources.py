@@ -12,21 +12,15 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 from media_usage_worker.domain.errors import InvalidSource
-from media_usage_worker.domain.host_sources import (
-    BUILT_IN,
-    BUILT_IN_TABLES,
-    HostSource,
-    built_in_for,
-)
+from media_usage_worker.domain.host_sources import HostSource, built_in_for
 from media_usage_worker.domain.vocabulary import ErrorCode
 from media_usage_worker.repository import schema
 from media_usage_worker.repository.activation import capture_source, is_activation_active
 from media_usage_worker.repository.collections import Collection, invalidate_coverage
 from media_usage_worker.repository.db import read_transaction, transaction
 from media_usage_worker.repository.host_sources import (
-    catalog_columns,
+    built_in_readings,
     check_against_catalog,
-    registered_built_ins,
     registry_row,
 )
 
@@ -71,16 +65,14 @@ def _changes(conn: sa.Connection) -> list[tuple[HostSource, HostSource | None]]:
     """Each built-in source whose table can be read and captured but that is not registered as
     it reads now: (as it reads now, as it is registered). One whose key is not a text key is
     left out (it cannot be captured): coverage keeps reporting its gap."""
-    present = catalog_columns(conn, BUILT_IN_TABLES)
-    registered = registered_built_ins(conn)
     changes = []
-    for shape in BUILT_IN:
-        readable = built_in_for(shape, present.get(shape.table, ()))
-        if readable is None or readable == registered.get(shape.kind):
+    for shape, columns, registered in built_in_readings(conn):
+        readable = built_in_for(shape, columns or ())
+        if readable is None or readable == registered:
             continue
         try:
             check_against_catalog(conn, readable)
         except InvalidSource:
             continue
-        changes.append((readable, registered.get(shape.kind)))
+        changes.append((readable, registered))
     return changes

@@ -141,19 +141,24 @@ def catalog_columns(conn: sa.Connection, tables: Collection[str]) -> dict[str, s
     return found
 
 
-def registered_built_ins(conn: sa.Connection) -> dict[SourceKind, HostSource]:
-    """The built-in sources as they are registered, by kind."""
-    return {s.kind: s for s in list_sources(conn) if s.kind != SourceKind.TABLE}
+def built_in_readings(
+    conn: sa.Connection,
+) -> list[tuple[HostSource, set[str] | None, HostSource | None]]:
+    """Each built-in source's shape (``BUILT_IN``) with the columns its table has now (``None``:
+    no such table) and the source as it is registered (``None``: it is not)."""
+    present = catalog_columns(conn, BUILT_IN_TABLES)
+    registered: dict[SourceKind, HostSource] = {
+        s.kind: s for s in list_sources(conn) if s.kind != SourceKind.TABLE
+    }
+    return [(shape, present.get(shape.table), registered.get(shape.kind)) for shape in BUILT_IN]
 
 
 def built_in_gaps(conn: sa.Connection) -> dict[HostSource, str]:
     """The built-in sources not indexed as their tables are now, each with the reason (by its
     shape in ``BUILT_IN``); empty when every one is (``domain.host_sources.built_in_gap``)."""
-    present = catalog_columns(conn, BUILT_IN_TABLES)
-    registered = registered_built_ins(conn)
     gaps = {}
-    for shape in BUILT_IN:
-        gap = built_in_gap(shape, present.get(shape.table), registered.get(shape.kind))
+    for shape, columns, registered in built_in_readings(conn):
+        gap = built_in_gap(shape, columns, registered)
         if gap is not None:
             gaps[shape] = gap
     return gaps
