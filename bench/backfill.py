@@ -30,8 +30,8 @@ import sqlalchemy as sa
 from bench.env import ROOT, Bench, fill
 from bench.rebuild import rebuild
 from bench.stats import Figure, alternate, ratios
-from media_usage_worker.repository.db import create_engine
-from media_usage_worker.repository.status import overview
+from media_usage_worker.repository.base.db import create_engine
+from media_usage_worker.repository.reconciling.status import overview
 
 URL_PREFIX = "https://cdn.example.com/media/"
 # Where the peer's build script puts its sites (build-and-time.sh N builds site<N> there).

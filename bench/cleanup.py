@@ -21,8 +21,9 @@ from bench.env import Bench
 from bench.stats import percentile
 from media_usage_worker.domain.cleanup import UnusedFilter
 from media_usage_worker.pipeline import cleanup
-from media_usage_worker.repository import collections, statistics
-from media_usage_worker.repository.db import create_engine
+from media_usage_worker.repository.base import statistics
+from media_usage_worker.repository.base.db import create_engine
+from media_usage_worker.repository.registry import collections
 from tests.generated_site import generate_site
 from tests.support import drain, mark_coverage_complete
 

@@ -13,7 +13,7 @@ from celery import Celery
 from bench.env import Bench, busy_core_seconds, fill, wait_for_log, wait_until, work_left
 from bench.rebuild import rebuild
 from bench.stats import Figure, alternate, ratios
-from media_usage_worker.repository.db import create_engine
+from media_usage_worker.repository.base.db import create_engine
 
 # (a): every due item goes as a message of its own, as before batches existed.
 ONE_BY_ONE = {"MEDIA_USAGE_BATCH_THRESHOLD": "1000000"}

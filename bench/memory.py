@@ -7,7 +7,7 @@ import time
 import psutil
 
 from bench.env import Bench, fill, wait_until, work_left
-from media_usage_worker.repository.db import create_engine
+from media_usage_worker.repository.base.db import create_engine
 
 WARMUP = 1000
 

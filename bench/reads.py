@@ -22,8 +22,9 @@ import sqlalchemy as sa
 from bench.env import Bench
 from bench.stats import percentile
 from media_usage_worker.api import MediaUsage
-from media_usage_worker.repository import collections, statistics
-from media_usage_worker.repository.db import create_engine
+from media_usage_worker.repository.base import statistics
+from media_usage_worker.repository.base.db import create_engine
+from media_usage_worker.repository.registry import collections
 from tests.generated_site import generate_site
 from tests.http_server import TOKEN, serving
 from tests.support import mark_coverage_complete

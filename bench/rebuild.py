@@ -15,9 +15,9 @@ import sqlalchemy as sa
 from bench.env import Bench, busy_core_seconds, fill
 from media_usage_worker.domain.policy import Limits
 from media_usage_worker.pipeline.refresh import refresh_entries
-from media_usage_worker.repository.content_tables import content_columns
-from media_usage_worker.repository.db import create_engine
-from media_usage_worker.repository.schema import collections, sources
+from media_usage_worker.repository.base.db import create_engine
+from media_usage_worker.repository.base.schema import collections, sources
+from media_usage_worker.repository.registry.content_tables import content_columns
 
 PAGE = 1000
 

@@ -18,7 +18,7 @@ from bench.env import Bench, fill
 from bench.stats import Figure
 from media_usage_worker.domain.vocabulary import Outcome
 from media_usage_worker.pipeline.process import Heartbeat, process_work_item
-from media_usage_worker.repository.db import create_engine
+from media_usage_worker.repository.base.db import create_engine
 
 SHOWN = 8  # statements listed, by total time
 _STARTED = "bench_statement_started"

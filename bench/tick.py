@@ -10,8 +10,8 @@ import sqlalchemy as sa
 from bench.env import Bench, use_in_process
 from bench.stats import Figure, ratios
 from media_usage_worker.domain.vocabulary import DUE_STATES
-from media_usage_worker.repository.db import create_engine
-from media_usage_worker.repository.work_processing import due_query
+from media_usage_worker.repository.base.db import create_engine
+from media_usage_worker.repository.work_queue.work_processing import due_query
 
 # 1 % pending and due; the rest waits: retries due in an hour, live leases, failed rows.
 FILL = """

@@ -36,15 +36,15 @@ from media_usage_worker.domain.cursor import SLUG_ORDER, decode_cursor, usage_sc
 from media_usage_worker.domain.errors import InvalidArgument
 from media_usage_worker.domain.pace import Pace
 from media_usage_worker.pipeline import cleanup
-from media_usage_worker.repository import deletion as deletion_store
-from media_usage_worker.repository import pace as pace_store
-from media_usage_worker.repository import purge as purge_store
-from media_usage_worker.repository import status as status_store
-from media_usage_worker.repository import usage as usage_store
-from media_usage_worker.repository.db import read_transaction
-from media_usage_worker.repository.migrate import open_migrated
-from media_usage_worker.repository.status import CollectionStatus
-from media_usage_worker.repository.usage import Coverage, ScopeCoverage, UsageEntry, UsagePage
+from media_usage_worker.repository.base.db import read_transaction
+from media_usage_worker.repository.index import usage as usage_store
+from media_usage_worker.repository.index.usage import Coverage, ScopeCoverage, UsageEntry, UsagePage
+from media_usage_worker.repository.lifecycle import deletion as deletion_store
+from media_usage_worker.repository.migration.migrate import open_migrated
+from media_usage_worker.repository.quarantine import purge as purge_store
+from media_usage_worker.repository.reconciling import status as status_store
+from media_usage_worker.repository.reconciling.status import CollectionStatus
+from media_usage_worker.repository.work_queue import pace as pace_store
 
 __all__ = [
     "MAX_IDS",

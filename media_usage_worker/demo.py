@@ -21,15 +21,19 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from media_usage_worker.domain.sample_content import sample_entries
-from media_usage_worker.repository.activation import activate
-from media_usage_worker.repository.db import create_engine
-from media_usage_worker.repository.migrate import upgrade
-from media_usage_worker.repository.sample_content import (
+from media_usage_worker.repository.base.db import create_engine
+from media_usage_worker.repository.lifecycle.activation import activate
+from media_usage_worker.repository.migration.migrate import upgrade
+from media_usage_worker.repository.reconciling.status import (
+    CollectionStatus,
+    index_totals,
+    overview,
+)
+from media_usage_worker.repository.registry.sample_content import (
     create_sample_collections,
     create_sample_site,
     write_entries,
 )
-from media_usage_worker.repository.status import CollectionStatus, index_totals, overview
 
 BATCH = 500
 # The demo's workers get what one tick may send (the default; docs/operations.md).

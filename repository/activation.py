@@ -1,10 +1,10 @@
 """``repository.activation``: turning capture on and off by the fixed import path.
 
-The code lives in ``media_usage_worker.repository.activation``.
+The code lives in ``media_usage_worker.repository.lifecycle.activation``.
 """
 
 from media_usage_worker.domain.errors import ActivationError
-from media_usage_worker.repository.activation import (
+from media_usage_worker.repository.lifecycle.activation import (
     activate,
     deactivate,
     finish_new_collection,

@@ -1,9 +1,9 @@
 """``repository.migrate``: upgrade, downgrade and revision checks by their fixed import path.
 
-The code lives in ``media_usage_worker.repository.migrate``.
+The code lives in ``media_usage_worker.repository.migration.migrate``.
 """
 
-from media_usage_worker.repository.migrate import (
+from media_usage_worker.repository.migration.migrate import (
     ADVISORY_LOCK_KEY,
     MIGRATIONS_DIR,
     VERSION_TABLE,

@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from celery.contrib.pytest import celery_app, celery_worker  # noqa: F401
 from hypothesis import Phase, settings
 
-from media_usage_worker.repository.db import create_engine
+from media_usage_worker.repository.base.db import create_engine
 from tests.servers import PostgresServer, RedisServer, start_or_skip
 
 DIALECTS = ["sqlite", "postgresql"]
@@ -154,7 +154,7 @@ def migrated_templates(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[s
 
 
 def _template_for(dialect: str, request: pytest.FixtureRequest, *, with_posts: bool) -> str:
-    from media_usage_worker.repository.migrate import upgrade
+    from media_usage_worker.repository.migration.migrate import upgrade
     from tests.support import active_collection
 
     templates: dict[tuple[str, bool], str] = request.getfixturevalue("migrated_templates")

@@ -14,8 +14,8 @@ import sqlalchemy as sa
 from media_usage_worker.domain.extraction import MediaUrls, extraction_fields
 from media_usage_worker.domain.snapshots import DISPLAY_FIELDS, Revision, build_snapshots
 from media_usage_worker.domain.validation import is_usable_identifier
-from media_usage_worker.repository.collections import CollectionRegistry
-from media_usage_worker.repository.host_sources import list_sources
+from media_usage_worker.repository.registry.collections import CollectionRegistry
+from media_usage_worker.repository.registry.host_sources import list_sources
 
 Row = tuple[str, str, str, str | None, str, str, str | None, str | None]
 

@@ -9,11 +9,8 @@ from typing import Any
 import sqlalchemy as sa
 
 from media_usage_worker.domain.content_model import FieldDefinition
-from media_usage_worker.repository.activation import activate
-from media_usage_worker.repository.clock import db_now
-from media_usage_worker.repository.collections import Collection, CollectionRegistry
-from media_usage_worker.repository.rules import record_indexed_rules
-from media_usage_worker.repository.schema import (
+from media_usage_worker.repository.base.clock import db_now
+from media_usage_worker.repository.base.schema import (
     collection_deletions,
     index_status,
     metadata,
@@ -22,6 +19,9 @@ from media_usage_worker.repository.schema import (
     sources,
     work,
 )
+from media_usage_worker.repository.lifecycle.activation import activate
+from media_usage_worker.repository.registry.collections import Collection, CollectionRegistry
+from media_usage_worker.repository.registry.rules import record_indexed_rules
 
 GALLERY_FIELD = FieldDefinition(
     "gallery", "Gallery", "repeater", validation={"subFields": [{"slug": "image", "type": "image"}]}
@@ -134,7 +134,7 @@ def complete_without_note(
 ) -> None:
     """Claim and complete an item but send no coverage note: what a worker killed right after
     its completion commit leaves behind."""
-    from media_usage_worker.repository.work import MediaUsageWorkRepository
+    from media_usage_worker.repository.work_queue.work import MediaUsageWorkRepository
 
     repo = MediaUsageWorkRepository(engine)
     item = {"collection_id": collection_id, "content_id": content_id, "work_version": work_version}
@@ -152,7 +152,7 @@ def drain(engine: sa.Engine, limits=None, max_rounds: int = 100) -> list:
     """Process due work until none is due (the tick and worker, without Celery)."""
     from media_usage_worker.pipeline.fan_out import fan_out_due_work
     from media_usage_worker.pipeline.process import process_work_item
-    from media_usage_worker.repository.work import MediaUsageWorkRepository
+    from media_usage_worker.repository.work_queue.work import MediaUsageWorkRepository
 
     repo = MediaUsageWorkRepository(engine)
     results = []

@@ -175,7 +175,7 @@ def restore_command(ids: tuple[str, ...], as_json: bool, database_url: str) -> N
 def dangling_command(limit: int, as_json: bool, database_url: str) -> None:
     """References to a media id no library item has (never existed, deleted by the host, or
     retired before a late write), with where each one is."""
-    from media_usage_worker.repository.cleanup import dangling
+    from media_usage_worker.repository.quarantine.cleanup import dangling
 
     with open_engine(database_url) as engine:
         found, total = dangling(engine, limit)
@@ -196,7 +196,7 @@ def dangling_command(limit: int, as_json: bool, database_url: str) -> None:
 @handle_errors
 def audit_command(limit: int, as_json: bool, database_url: str) -> None:
     """Who retired, restored or purged which items, and when; newest first."""
-    from media_usage_worker.repository.cleanup import audit_page
+    from media_usage_worker.repository.quarantine.cleanup import audit_page
 
     with open_engine(database_url) as engine:
         entries = audit_page(engine, limit)
@@ -296,7 +296,7 @@ def _purge(database_url: str, days: int, dry_run: bool, as_json: bool) -> None:
 
 
 def _list_undelivered(database_url: str, as_json: bool) -> None:
-    from media_usage_worker.repository.purge import undelivered_page
+    from media_usage_worker.repository.quarantine.purge import undelivered_page
 
     with open_engine(database_url) as engine:
         found = []
@@ -316,7 +316,7 @@ def _list_undelivered(database_url: str, as_json: bool) -> None:
 
 
 def _forget(database_url: str, key: str, as_json: bool) -> None:
-    from media_usage_worker.repository.purge import forget_undelivered
+    from media_usage_worker.repository.quarantine.purge import forget_undelivered
 
     if not key or "\x00" in key or len(key) > 4096:
         raise click.BadParameter("a storage key is 1 to 4096 characters", param_hint="--forget")

@@ -78,7 +78,7 @@ def collections_create(
 ) -> None:
     """Create a collection, its ec_<slug> table and its status row."""
     from media_usage_worker.domain.content_model import validate_collection_slug, validate_fields
-    from media_usage_worker.repository import collections
+    from media_usage_worker.repository.registry import collections
 
     validate_collection_slug(slug)
     definitions = [_parse_field(spec) for spec in field_specs]
@@ -98,7 +98,7 @@ def collections_create(
 @handle_errors
 def collections_list(as_json: bool, database_url: str) -> None:
     """List collections."""
-    from media_usage_worker.repository import collections
+    from media_usage_worker.repository.registry import collections
 
     with open_engine(database_url) as engine:
         rows: list[dict[str, Any]] = [

@@ -24,7 +24,11 @@ def db() -> None:
 def db_upgrade(database_url: str, check: bool) -> None:
     """Apply every migration and adopt the media usage tables the database already has
     (idempotent): one line per table that gains columns or indexes."""
-    from media_usage_worker.repository.migrate import current_revision, upgrade, upgrade_plan
+    from media_usage_worker.repository.migration.migrate import (
+        current_revision,
+        upgrade,
+        upgrade_plan,
+    )
 
     with open_engine(database_url, create=not check, migrated=False) as engine:
         if check:
@@ -46,7 +50,11 @@ def db_upgrade(database_url: str, check: bool) -> None:
 @handle_errors
 def db_downgrade(database_url: str, revision: str) -> None:
     """Revert migrations; refused while media usage state exists."""
-    from media_usage_worker.repository.migrate import check_revision, current_revision, downgrade
+    from media_usage_worker.repository.migration.migrate import (
+        check_revision,
+        current_revision,
+        downgrade,
+    )
 
     check_revision(revision)
     with open_engine(database_url, migrated=False) as engine:
@@ -63,7 +71,7 @@ def activate_command(database_url: str) -> None:
     Content written before activation is picked up by reconciliation. Running it again
     re-verifies every collection's triggers and changes nothing else.
     """
-    from media_usage_worker.repository.activation import activate
+    from media_usage_worker.repository.lifecycle.activation import activate
 
     with open_engine(database_url) as engine:
         slugs = activate(engine)
@@ -85,7 +93,7 @@ def deactivate_command(database_url: str) -> None:
     stays; `activate` turns capture on again and reconciles everything. Needed before
     `db downgrade` (docs/operations.md, "Deactivating and uninstalling").
     """
-    from media_usage_worker.repository.activation import deactivate
+    from media_usage_worker.repository.lifecycle.activation import deactivate
 
     with open_engine(database_url) as engine:
         slugs = deactivate(engine)

@@ -74,7 +74,7 @@ def collections_deletions(
     """Collection deletions by state, newest change first (default: the failed ones)."""
     from media_usage_worker.domain.cursor import decode_cursor, deletion_scope
     from media_usage_worker.domain.vocabulary import DeletionState
-    from media_usage_worker.repository.deletion import page
+    from media_usage_worker.repository.lifecycle.deletion import page
 
     wanted = None if state == "all" else DeletionState(state)
     decode_cursor(cursor, scope=deletion_scope(wanted))
@@ -103,7 +103,7 @@ def collections_deletions(
 def collections_retry_deletion(slug: str, database_url: str) -> None:
     """Make a failed, retrying or abandoned deletion due now."""
     from media_usage_worker.domain.content_model import validate_collection_slug
-    from media_usage_worker.repository.deletion import reopen
+    from media_usage_worker.repository.lifecycle.deletion import reopen
 
     validate_collection_slug(slug)
     with open_engine(database_url) as engine:

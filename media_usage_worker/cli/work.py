@@ -33,7 +33,7 @@ def repair_command(slug: str, as_json: bool, database_url: str) -> None:
     """
     from media_usage_worker.domain.content_model import validate_collection_slug
     from media_usage_worker.pipeline.repair import repair_collection
-    from media_usage_worker.repository import collections
+    from media_usage_worker.repository.registry import collections
 
     validate_collection_slug(slug)
     log_in_one_line()
@@ -95,7 +95,7 @@ def work_list(
     from media_usage_worker.domain.content_model import validate_collection_slug
     from media_usage_worker.domain.cursor import decode_cursor, work_scope
     from media_usage_worker.domain.validation import work_state
-    from media_usage_worker.repository import work_operator
+    from media_usage_worker.repository.work_queue import work_operator
 
     validate_collection_slug(slug)
     # Reject a bad cursor, or one from another listing, before connecting.
@@ -159,7 +159,8 @@ def work_retry(
     from media_usage_worker.domain.content_model import validate_collection_slug
     from media_usage_worker.domain.validation import collection_ulid
     from media_usage_worker.domain.work import OperatorRetryResult
-    from media_usage_worker.repository import collections, work_operator
+    from media_usage_worker.repository.registry import collections
+    from media_usage_worker.repository.work_queue import work_operator
 
     if (slug is None) == (collection_id is None):
         raise click.UsageError("Give exactly one of --collection SLUG and --collection-id ID.")

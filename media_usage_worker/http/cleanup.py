@@ -18,7 +18,7 @@ from media_usage_worker.http.bodies import json_object, page_limit
 from media_usage_worker.http.errors import ApiError
 from media_usage_worker.http.settings import ApiSettings
 from media_usage_worker.pipeline import cleanup
-from media_usage_worker.repository.cleanup import dangling
+from media_usage_worker.repository.quarantine.cleanup import dangling
 from media_usage_worker.tasks.dispatch import send_purged_files
 
 ACTOR = "http"

@@ -18,7 +18,7 @@ from prometheus_client.registry import Collector
 
 from media_usage_worker.api import MediaUsage, StatusOverview
 from media_usage_worker.domain.vocabulary import CoverageStatus, WorkState
-from media_usage_worker.repository.cleanup import CleanupCounts, cleanup_counts
+from media_usage_worker.repository.quarantine.cleanup import CleanupCounts, cleanup_counts
 
 
 class IndexCollector(Collector):

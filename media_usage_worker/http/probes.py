@@ -14,10 +14,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 from media_usage_worker.http.metrics import IndexCollector
 from media_usage_worker.http.probe import READY_TIMEOUT_SECONDS, SharedProbe
-from media_usage_worker.repository.activation import is_activation_active
-from media_usage_worker.repository.db import read_transaction
-from media_usage_worker.repository.host_sources import built_in_gaps
-from media_usage_worker.repository.migrate import UNREADABLE, schema_problem
+from media_usage_worker.repository.base.db import read_transaction
+from media_usage_worker.repository.lifecycle.activation import is_activation_active
+from media_usage_worker.repository.migration.migrate import UNREADABLE, schema_problem
+from media_usage_worker.repository.registry.host_sources import built_in_gaps
 
 log = logging.getLogger(__name__)
 

@@ -39,12 +39,13 @@ from media_usage_worker.pipeline.settle import (
     result,
     settle,
 )
-from media_usage_worker.repository import coverage, projection
-from media_usage_worker.repository import reconciliation as store
-from media_usage_worker.repository import work_processing as work
-from media_usage_worker.repository.collections import is_registered
-from media_usage_worker.repository.db import Bind
-from media_usage_worker.repository.work_processing import write_and_complete
+from media_usage_worker.repository.base.db import Bind
+from media_usage_worker.repository.index import projection
+from media_usage_worker.repository.reconciling import coverage
+from media_usage_worker.repository.reconciling import reconciliation as store
+from media_usage_worker.repository.registry.collections import is_registered
+from media_usage_worker.repository.work_queue import work_processing as work
+from media_usage_worker.repository.work_queue.work_processing import write_and_complete
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection, Engine

@@ -33,7 +33,7 @@ from media_usage_worker.pipeline.purge import (
     deliver,
     purge,
 )
-from media_usage_worker.repository import cleanup as store
+from media_usage_worker.repository.quarantine import cleanup as store
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine

@@ -25,9 +25,9 @@ from media_usage_worker.domain.vocabulary import (
     DeletionState,
     DeletionStepEnd,
 )
-from media_usage_worker.repository import collections
-from media_usage_worker.repository import deletion as store
-from media_usage_worker.repository.deletion import Step, Tombstone
+from media_usage_worker.repository.lifecycle import deletion as store
+from media_usage_worker.repository.lifecycle.deletion import Step, Tombstone
+from media_usage_worker.repository.registry import collections
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine

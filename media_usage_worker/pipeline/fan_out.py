@@ -11,10 +11,11 @@ from media_usage_worker.domain.timestamps import seconds_between
 from media_usage_worker.domain.validation import split_usable
 from media_usage_worker.domain.vocabulary import DUE_STATES, ErrorCode, Outcome
 from media_usage_worker.domain.work import MAX_BATCH, WorkRecord
-from media_usage_worker.repository import coverage, pace
-from media_usage_worker.repository import work_processing as work
-from media_usage_worker.repository.activation import is_activation_active
-from media_usage_worker.repository.db import Bind, read_transaction
+from media_usage_worker.repository.base.db import Bind, read_transaction
+from media_usage_worker.repository.lifecycle.activation import is_activation_active
+from media_usage_worker.repository.reconciling import coverage
+from media_usage_worker.repository.work_queue import pace
+from media_usage_worker.repository.work_queue import work_processing as work
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine

@@ -21,8 +21,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from media_usage_worker.domain.work import WorkRecord
-from media_usage_worker.repository import work_processing as work
-from media_usage_worker.repository.db import Bind
+from media_usage_worker.repository.base.db import Bind
+from media_usage_worker.repository.work_queue import work_processing as work
 
 log = logging.getLogger(__name__)
 # With nothing to renew the thread still wakes this often, so a new hold whose first renewal is

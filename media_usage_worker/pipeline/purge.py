@@ -32,8 +32,8 @@ from media_usage_worker.domain.cleanup import (
 )
 from media_usage_worker.domain.errors import InvalidArgument, NowhereToPurge
 from media_usage_worker.domain.mentions import Mention, Needles, first_mentions
-from media_usage_worker.repository import purge as store
-from media_usage_worker.repository import sweep
+from media_usage_worker.repository.quarantine import purge as store
+from media_usage_worker.repository.quarantine import sweep
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine

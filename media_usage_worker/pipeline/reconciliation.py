@@ -28,14 +28,14 @@ from media_usage_worker.domain.vocabulary import (
 )
 from media_usage_worker.domain.vocabulary import ReconciliationAction as Action
 from media_usage_worker.domain.vocabulary import ReconciliationPhase as Phase
-from media_usage_worker.repository import reconciliation as store
-from media_usage_worker.repository import statistics
-from media_usage_worker.repository import work_rescan as rescan
-from media_usage_worker.repository.activation import capture_new_collections
-from media_usage_worker.repository.built_in_sources import sync_built_in_sources
-from media_usage_worker.repository.field_registry import load_fields
-from media_usage_worker.repository.reconciliation import Coordinator
-from media_usage_worker.repository.rules import mark_fields_changed, mark_rules_changed
+from media_usage_worker.repository.base import statistics
+from media_usage_worker.repository.lifecycle.activation import capture_new_collections
+from media_usage_worker.repository.reconciling import reconciliation as store
+from media_usage_worker.repository.reconciling.reconciliation import Coordinator
+from media_usage_worker.repository.registry.built_in_sources import sync_built_in_sources
+from media_usage_worker.repository.registry.field_registry import load_fields
+from media_usage_worker.repository.registry.rules import mark_fields_changed, mark_rules_changed
+from media_usage_worker.repository.work_queue import work_rescan as rescan
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine

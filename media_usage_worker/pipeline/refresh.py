@@ -25,9 +25,9 @@ from media_usage_worker.domain.refresh_plan import (
 from media_usage_worker.domain.snapshots import ContentEntry
 from media_usage_worker.domain.vocabulary import RefreshCode
 from media_usage_worker.domain.work import Lease
-from media_usage_worker.repository import projection
-from media_usage_worker.repository.db import Bind
-from media_usage_worker.repository.source_writes import write_entries, write_entry
+from media_usage_worker.repository.base.db import Bind
+from media_usage_worker.repository.index import projection
+from media_usage_worker.repository.index.source_writes import write_entries, write_entry
 
 PlanOne = Callable[[str, MediaUrls], "EntryWrite | RefreshCode"]
 __all__ = [

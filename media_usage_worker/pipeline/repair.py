@@ -20,10 +20,10 @@ from media_usage_worker.domain.policy import Limits
 from media_usage_worker.domain.validation import RECONCILIATION_PAGE_LIMIT, split_usable
 from media_usage_worker.domain.vocabulary import CoverageStatus, ErrorCode, RefreshCode
 from media_usage_worker.pipeline.refresh import refresh_entries
-from media_usage_worker.repository import collections
-from media_usage_worker.repository import repair as store
-from media_usage_worker.repository import work_rescan as rescan
-from media_usage_worker.repository.ids import new_ulid
+from media_usage_worker.repository.base.ids import new_ulid
+from media_usage_worker.repository.reconciling import repair as store
+from media_usage_worker.repository.registry import collections
+from media_usage_worker.repository.work_queue import work_rescan as rescan
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine

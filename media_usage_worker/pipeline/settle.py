@@ -17,7 +17,7 @@ from media_usage_worker.domain.vocabulary import ErrorCode, Outcome
 from media_usage_worker.domain.work import Item, Lease, WorkRecord
 
 if TYPE_CHECKING:
-    from media_usage_worker.repository.db import Bind
+    from media_usage_worker.repository.base.db import Bind
 
 
 @dataclass(frozen=True)

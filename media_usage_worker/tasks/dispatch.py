@@ -16,7 +16,7 @@ from kombu.exceptions import ChannelError
 
 from media_usage_worker.domain.vocabulary import WorkState
 from media_usage_worker.domain.work import WorkRecord, grouped
-from media_usage_worker.repository import work_processing as work
+from media_usage_worker.repository.work_queue import work_processing as work
 from media_usage_worker.tasks import ledger, settings
 from media_usage_worker.tasks.app import app
 from media_usage_worker.tasks.engines import get_engine

@@ -7,8 +7,8 @@ import threading
 
 import sqlalchemy as sa
 
-from media_usage_worker.repository.db import create_engine
-from media_usage_worker.repository.migrate import schema_problem
+from media_usage_worker.repository.base.db import create_engine
+from media_usage_worker.repository.migration.migrate import schema_problem
 from media_usage_worker.tasks import settings
 
 log = logging.getLogger(__name__)

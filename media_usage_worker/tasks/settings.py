@@ -15,7 +15,7 @@ from media_usage_worker.domain import deletion, policy
 from media_usage_worker.domain.errors import InvalidArgument, InvalidSetting
 from media_usage_worker.domain.policy import Limits, positive_setting
 from media_usage_worker.domain.work import MAX_BATCH
-from media_usage_worker.repository.db import parse_database_url
+from media_usage_worker.repository.base.db import parse_database_url
 
 T = TypeVar("T")
 

@@ -12,7 +12,7 @@ import redis
 import sqlalchemy as sa
 from celery.signals import task_success
 
-from media_usage_worker.repository.work import MediaUsageWorkRepository
+from media_usage_worker.repository.work_queue.work import MediaUsageWorkRepository
 from tests.index_oracle import (
     actual_index,
     actual_source_keys,
@@ -294,8 +294,8 @@ def test_worker_and_beat_started_before_the_schema_wait_with_one_line_then_work(
 ) -> None:
     """Started before ``db upgrade``: one line saying what to do, no traceback per tick, and
     the pipeline works as soon as the schema is there (no restart)."""
-    from media_usage_worker.repository.db import create_engine
-    from media_usage_worker.repository.migrate import upgrade
+    from media_usage_worker.repository.base.db import create_engine
+    from media_usage_worker.repository.migration.migrate import upgrade
 
     fleet = Processes(
         {

@@ -21,11 +21,11 @@ import sqlalchemy as sa
 from media_usage_worker.domain.cleanup import UnusedFilter
 from media_usage_worker.domain.content_model import FieldDefinition
 from media_usage_worker.pipeline.cleanup import restore, retire_all_unused
-from media_usage_worker.repository.activation import activate
-from media_usage_worker.repository.cleanup import dangling
-from media_usage_worker.repository.clock import db_now
-from media_usage_worker.repository.collections import create_collection
-from media_usage_worker.repository.schema import media
+from media_usage_worker.repository.base.clock import db_now
+from media_usage_worker.repository.base.schema import media
+from media_usage_worker.repository.lifecycle.activation import activate
+from media_usage_worker.repository.quarantine.cleanup import dangling
+from media_usage_worker.repository.registry.collections import create_collection
 from tests.index_oracle import expected_index
 from tests.processes import wait_for
 from tests.support import status_row

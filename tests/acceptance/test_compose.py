@@ -24,10 +24,13 @@ import sqlalchemy as sa
 import yaml
 
 from media_usage_worker.domain.sample_content import sample_entries
-from media_usage_worker.repository.activation import activate
-from media_usage_worker.repository.db import create_engine
-from media_usage_worker.repository.migrate import current_revision
-from media_usage_worker.repository.sample_content import create_sample_collections, write_entries
+from media_usage_worker.repository.base.db import create_engine
+from media_usage_worker.repository.lifecycle.activation import activate
+from media_usage_worker.repository.migration.migrate import current_revision
+from media_usage_worker.repository.registry.sample_content import (
+    create_sample_collections,
+    write_entries,
+)
 from tests.index_oracle import actual_index, expected_index
 from tests.processes import wait_for, work_rows
 

@@ -10,8 +10,8 @@ import sys
 import tomllib
 from pathlib import Path
 
-from media_usage_worker.repository.db import create_engine
-from media_usage_worker.repository.usage import usage_page
+from media_usage_worker.repository.base.db import create_engine
+from media_usage_worker.repository.index.usage import usage_page
 from tests.doc_examples import differences, examples
 from tests.index_oracle import actual_index, expected_index
 

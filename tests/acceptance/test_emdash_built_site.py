@@ -19,7 +19,7 @@ import redis
 import sqlalchemy as sa
 
 from media_usage_worker.api import MediaUsage
-from media_usage_worker.repository.db import create_engine
+from media_usage_worker.repository.base.db import create_engine
 from tests.emdash_builder import build, builder
 from tests.emdash_truth import truly_used
 from tests.processes import Processes, cli, wait_for

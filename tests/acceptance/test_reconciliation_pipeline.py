@@ -10,8 +10,8 @@ import pytest
 import sqlalchemy as sa
 
 from media_usage_worker.domain.content_model import FieldDefinition
-from media_usage_worker.repository.activation import activate
-from media_usage_worker.repository.collections import CollectionRegistry
+from media_usage_worker.repository.lifecycle.activation import activate
+from media_usage_worker.repository.registry.collections import CollectionRegistry
 from tests.index_oracle import (
     actual_index,
     actual_source_keys,
@@ -95,7 +95,7 @@ def test_a_collection_indexed_under_older_rules_is_reindexed_by_worker_and_beat(
     mark it stale ("extraction rules changed") and bring it back to complete under the
     running rules, the gallery images indexed, with no operator step."""
     from media_usage_worker.domain.rules import EXTRACTION_VERSION
-    from media_usage_worker.repository.usage import usage_count
+    from media_usage_worker.repository.index.usage import usage_count
     from tests.support import drain, mark_coverage_complete
 
     posts = CollectionRegistry(db).create_collection(
@@ -143,8 +143,8 @@ def test_a_rule_added_through_the_cli_is_indexed_by_worker_and_beat(
     import sys
 
     from media_usage_worker.domain.rules import EXTRACTION_VERSION
-    from media_usage_worker.repository.schema import media
-    from media_usage_worker.repository.usage import usage_count
+    from media_usage_worker.repository.base.schema import media
+    from media_usage_worker.repository.index.usage import usage_count
 
     posts = CollectionRegistry(db).create_collection(
         "posts", "Posts", [FieldDefinition("body", "Body", "portableText")]

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from media_usage_worker.repository.db import create_engine
-from media_usage_worker.repository.migrate import upgrade
+from media_usage_worker.repository.base.db import create_engine
+from media_usage_worker.repository.migration.migrate import upgrade
 from tests.processes import Processes
 from tests.servers import PostgresServer, RedisServer, start_or_skip
 

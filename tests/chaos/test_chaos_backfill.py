@@ -17,9 +17,12 @@ import pytest
 import redis
 
 from media_usage_worker.domain.sample_content import sample_entries
-from media_usage_worker.repository.activation import activate
-from media_usage_worker.repository.db import create_engine
-from media_usage_worker.repository.sample_content import create_sample_collections, write_entries
+from media_usage_worker.repository.base.db import create_engine
+from media_usage_worker.repository.lifecycle.activation import activate
+from media_usage_worker.repository.registry.sample_content import (
+    create_sample_collections,
+    write_entries,
+)
 from tests.chaos import audit
 from tests.chaos.pipeline import quiet, reconciled, work_by_state
 from tests.chaos.writer import ContentWriter

@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 
-from media_usage_worker.repository.collections import Collection, CollectionRegistry
-from media_usage_worker.repository.work import MediaUsageWorkRepository
+from media_usage_worker.repository.registry.collections import Collection, CollectionRegistry
+from media_usage_worker.repository.work_queue.work import MediaUsageWorkRepository
 
 
 @pytest.fixture

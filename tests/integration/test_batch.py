@@ -21,10 +21,14 @@ from media_usage_worker.pipeline.refresh import (
     refresh_entries,
     refresh_entry,
 )
-from media_usage_worker.repository import projection
-from media_usage_worker.repository.db import create_engine, transaction
-from media_usage_worker.repository.source_writes import EntryWrite, apply_writes, write_entries
-from media_usage_worker.repository.work import MediaUsageWorkRepository
+from media_usage_worker.repository.base.db import create_engine, transaction
+from media_usage_worker.repository.index import projection
+from media_usage_worker.repository.index.source_writes import (
+    EntryWrite,
+    apply_writes,
+    write_entries,
+)
+from media_usage_worker.repository.work_queue.work import MediaUsageWorkRepository
 from tests.index_oracle import actual_index, actual_source_keys, expected_index
 from tests.support import PAST, active_collection, get_work, set_work, status_row
 
@@ -121,7 +125,7 @@ def test_entries_sharing_a_media_file_url_all_resolve_it_with_one_read(
 ) -> None:
     """Three entries of one batch name the same file by URL, one names a file no item has: the
     keys are read once for the chunk, and each entry that met a key is planned again with it."""
-    from media_usage_worker.repository.schema import media
+    from media_usage_worker.repository.base.schema import media
 
     with db.begin() as conn:
         conn.execute(media.insert().values(

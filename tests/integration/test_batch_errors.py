@@ -13,7 +13,7 @@ from media_usage_worker.domain.content_model import FieldDefinition
 from media_usage_worker.domain.policy import Limits
 from media_usage_worker.domain.work import Item
 from media_usage_worker.pipeline.batch import BatchRun
-from media_usage_worker.repository.work import MediaUsageWorkRepository
+from media_usage_worker.repository.work_queue.work import MediaUsageWorkRepository
 from tests.support import (
     PAST,
     SAMPLE_FIELDS,

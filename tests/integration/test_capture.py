@@ -9,10 +9,10 @@ import pytest
 import sqlalchemy as sa
 
 from media_usage_worker.domain.content_model import FieldDefinition
-from media_usage_worker.repository import triggers
-from media_usage_worker.repository.activation import activate
-from media_usage_worker.repository.collections import CollectionRegistry
-from media_usage_worker.repository.work import MediaUsageWorkRepository
+from media_usage_worker.repository.lifecycle import triggers
+from media_usage_worker.repository.lifecycle.activation import activate
+from media_usage_worker.repository.registry.collections import CollectionRegistry
+from media_usage_worker.repository.work_queue.work import MediaUsageWorkRepository
 from tests.support import FUTURE, active_collection, get_work, status_row
 
 INACTIVE = "media usage capture inactive"

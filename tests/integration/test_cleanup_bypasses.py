@@ -19,10 +19,10 @@ from media_usage_worker.domain.cleanup import UnusedFilter
 from media_usage_worker.domain.content_model import FieldDefinition
 from media_usage_worker.pipeline import cleanup
 from media_usage_worker.pipeline.purge import PurgeTarget
-from media_usage_worker.repository import cleanup as store
-from media_usage_worker.repository.collections import create_collection
-from media_usage_worker.repository.purge import purge_batch
-from media_usage_worker.repository.schema import work
+from media_usage_worker.repository.base.schema import work
+from media_usage_worker.repository.quarantine import cleanup as store
+from media_usage_worker.repository.quarantine.purge import purge_batch
+from media_usage_worker.repository.registry.collections import create_collection
 from tests.integration.test_cleanup import cleanup_site, rows, sql
 from tests.integration.test_sources import settle
 from tests.support import drain
@@ -254,8 +254,8 @@ def test_purge_removes_a_symlink_itself_never_its_target_nor_a_directory(library
 def test_a_restore_racing_a_purge_wins_whole_or_loses_whole(library) -> None:
     """The quarantine rows are locked first by both: here the restore holds m1 (in flight)
     while a purge batch runs; the purge must not hand m1's file over."""
-    from media_usage_worker.repository import fence
-    from media_usage_worker.repository.schema import quarantine
+    from media_usage_worker.repository.base.schema import quarantine
+    from media_usage_worker.repository.quarantine import fence
 
     assert MediaUsage(library).retire(["m1"]).retired == ["m1"]
     _old(library)
@@ -476,7 +476,7 @@ def test_concurrent_retirements_of_the_same_ids_answer_already_retired(library, 
 
 
 def test_dry_runs_apply_the_real_rules(library) -> None:
-    from media_usage_worker.repository.collections import request_reindex
+    from media_usage_worker.repository.registry.collections import request_reindex
     from tests.integration.test_cleanup import cli
 
     request_reindex(library, "posts")  # not known until the collection is reconciled

@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from media_usage_worker.api import MediaUsage
 from media_usage_worker.domain.content_model import FieldDefinition
 from media_usage_worker.domain.errors import DatabaseNotReady
-from media_usage_worker.repository.collections import CollectionRegistry
+from media_usage_worker.repository.registry.collections import CollectionRegistry
 from tests.processes import cli
 from tests.support import active_collection, drain, get_work, mark_coverage_complete, status_row
 

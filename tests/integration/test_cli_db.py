@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from click.testing import CliRunner
 
 from media_usage_worker.cli import main
-from media_usage_worker.repository.migrate import current_revision, head_revision
+from media_usage_worker.repository.migration.migrate import current_revision, head_revision
 
 
 def test_db_upgrade_uses_the_environment_url(database_url: str) -> None:

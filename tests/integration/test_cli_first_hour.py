@@ -13,7 +13,7 @@ import pytest
 import sqlalchemy as sa
 
 from media_usage_worker.domain.content_model import FieldDefinition
-from media_usage_worker.repository.migrate import current_revision, head_revision
+from media_usage_worker.repository.migration.migrate import current_revision, head_revision
 from tests.processes import cli
 from tests.support import active_collection, drain, mark_coverage_complete
 

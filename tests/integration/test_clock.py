@@ -6,7 +6,7 @@ import re
 
 import sqlalchemy as sa
 
-from media_usage_worker.repository.clock import db_now
+from media_usage_worker.repository.base.clock import db_now
 from tests.support import SORTABLE
 
 # Keeps the database busy for some tens of milliseconds between two reads of "now" in one

@@ -8,8 +8,8 @@ import sqlalchemy as sa
 
 from media_usage_worker.api import MediaUsage
 from media_usage_worker.pipeline.reconciliation import Reconciler
-from media_usage_worker.repository.content_tables import create_content_table
-from media_usage_worker.repository.ids import new_ulid
+from media_usage_worker.repository.base.ids import new_ulid
+from media_usage_worker.repository.registry.content_tables import create_content_table
 from tests.integration.test_cleanup import cleanup_site, rows, sql
 from tests.integration.test_sources import settle
 

@@ -17,10 +17,10 @@ from media_usage_worker.cli import main
 from media_usage_worker.domain.content_model import FieldDefinition
 from media_usage_worker.domain.errors import CollectionExists, DeletionConflict
 from media_usage_worker.pipeline.deletion import DeletionProcessor, delete_collection, run_step
-from media_usage_worker.repository import deletion as deletions
-from media_usage_worker.repository.collections import CollectionRegistry
-from media_usage_worker.repository.schema import collection_deletions, work
-from media_usage_worker.repository.usage import usage_count
+from media_usage_worker.repository.base.schema import collection_deletions, work
+from media_usage_worker.repository.index.usage import usage_count
+from media_usage_worker.repository.lifecycle import deletion as deletions
+from media_usage_worker.repository.registry.collections import CollectionRegistry
 from tests.index_oracle import actual_index, expected_index
 from tests.processes import ROOT, wait_for
 from tests.support import NOTHING_LEFT as NOTHING
@@ -221,8 +221,8 @@ def test_two_deleters_at_once(db: sa.Engine) -> None:
 KILLER = """
 import os, signal, sys, time
 from media_usage_worker.pipeline.deletion import DeletionProcessor
-from media_usage_worker.repository import deletion as deletions
-from media_usage_worker.repository.db import create_engine
+from media_usage_worker.repository.lifecycle import deletion as deletions
+from media_usage_worker.repository.base.db import create_engine
 
 url, phase = sys.argv[1], sys.argv[2]
 seen = {"n": 0}
@@ -376,7 +376,7 @@ def snapshot(engine: sa.Engine) -> dict[str, list]:
 def test_rules_rows_written_while_the_deletion_ran_are_removed_too(db: sa.Engine) -> None:
     """A rules change that read the collection before its registry row went may still write
     its rules rows; the deletion's last check finds them and removes them."""
-    from media_usage_worker.repository.schema import reference_paths, rules_state
+    from media_usage_worker.repository.base.schema import reference_paths, rules_state
 
     posts = site(db)
     assert delete_collection(db, "posts", force=True).outcome == "deleted"
@@ -401,7 +401,7 @@ def test_a_rules_change_holding_the_collection_makes_the_registry_step_wait(
         pytest.skip("SQLite serialises writers: the two cannot overlap")
     import unittest.mock
 
-    from media_usage_worker.repository import rules
+    from media_usage_worker.repository.registry import rules
 
     posts = site(db)
     deletions.create(db, posts.id, "posts", True)

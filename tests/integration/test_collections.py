@@ -9,7 +9,7 @@ import sqlalchemy as sa
 
 from media_usage_worker.domain.content_model import FieldDefinition
 from media_usage_worker.domain.errors import CollectionExists, CollectionNotFound, FieldExists
-from media_usage_worker.repository.collections import CollectionRegistry
+from media_usage_worker.repository.registry.collections import CollectionRegistry
 
 GALLERY = {"subFields": [{"slug": "image", "type": "image"}, {"slug": "caption", "type": "string"}]}
 FIELDS = [

@@ -8,7 +8,7 @@ import threading
 import pytest
 import sqlalchemy as sa
 
-from media_usage_worker.repository.coverage import restore_settled_coverage
+from media_usage_worker.repository.reconciling.coverage import restore_settled_coverage
 from tests.support import (
     SAMPLE_FIELDS,
     active_collection,

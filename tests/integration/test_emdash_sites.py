@@ -11,10 +11,10 @@ import pytest
 import sqlalchemy as sa
 
 from media_usage_worker.api import MediaUsage
-from media_usage_worker.repository.activation import activate
-from media_usage_worker.repository.adoption import adoption_plan
-from media_usage_worker.repository.db import create_engine
-from media_usage_worker.repository.migrate import upgrade
+from media_usage_worker.repository.base.db import create_engine
+from media_usage_worker.repository.lifecycle.activation import activate
+from media_usage_worker.repository.migration.adoption import adoption_plan
+from media_usage_worker.repository.migration.migrate import upgrade
 from tests.emdash_truth import truly_used
 from tests.integration.test_sources import settle
 
@@ -148,8 +148,8 @@ def test_emdash_032_tables_are_adopted_on_both_dialects(engine, dialect) -> None
     with engine.connect() as conn:
         assert adoption_plan(conn) == []
     from media_usage_worker.domain.content_model import FieldDefinition
-    from media_usage_worker.repository.collections import create_collection
-    from media_usage_worker.repository.schema import media
+    from media_usage_worker.repository.base.schema import media
+    from media_usage_worker.repository.registry.collections import create_collection
     from tests.support import drain
 
     with engine.begin() as conn:

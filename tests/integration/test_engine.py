@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from media_usage_worker.repository.db import create_engine
+from media_usage_worker.repository.base.db import create_engine
 
 INCREMENTS_PER_PROCESS = 150
 

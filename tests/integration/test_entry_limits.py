@@ -19,8 +19,8 @@ import sqlalchemy as sa
 
 from media_usage_worker.domain.content_model import FieldDefinition
 from media_usage_worker.domain.vocabulary import ErrorCode
-from media_usage_worker.repository.activation import activate
-from media_usage_worker.repository.collections import CollectionRegistry
+from media_usage_worker.repository.lifecycle.activation import activate
+from media_usage_worker.repository.registry.collections import CollectionRegistry
 from tests.support import get_work, status_row
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,7 +32,7 @@ PEAK_BOUND_MB = 200
 CHILD = textwrap.dedent(
     """
     import json, sys
-    from media_usage_worker.repository.db import create_engine
+    from media_usage_worker.repository.base.db import create_engine
     from tests.support import drain
 
     def kib(key):

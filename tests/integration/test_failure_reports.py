@@ -8,7 +8,7 @@ import pytest
 import sqlalchemy as sa
 
 from media_usage_worker.pipeline.process import process_work_item
-from media_usage_worker.repository.work import MediaUsageWorkRepository
+from media_usage_worker.repository.work_queue.work import MediaUsageWorkRepository
 from tests.support import PAST, SAMPLE_FIELDS, active_collection, broken_repeater_entry, set_work
 
 LOGGER = "media_usage_worker.pipeline.batch"

@@ -9,7 +9,7 @@ import sqlalchemy as sa
 from media_usage_worker.domain.content_model import FieldDefinition
 from media_usage_worker.pipeline.lease_keeper import LeaseKeeper
 from media_usage_worker.pipeline.process import Heartbeat, process_work_item
-from media_usage_worker.repository.work import MediaUsageWorkRepository
+from media_usage_worker.repository.work_queue.work import MediaUsageWorkRepository
 from tests.processes import wait_for
 from tests.support import PAST, active_collection, get_work, set_work
 

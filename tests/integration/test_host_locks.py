@@ -12,9 +12,9 @@ import sqlalchemy as sa
 
 from media_usage_worker.domain.content_model import FieldDefinition
 from media_usage_worker.pipeline.process import process_work_item
-from media_usage_worker.repository.db import create_engine
-from media_usage_worker.repository.projection import CONTENT_LOCK_TIMEOUT_MS
-from media_usage_worker.repository.work import MediaUsageWorkRepository
+from media_usage_worker.repository.base.db import create_engine
+from media_usage_worker.repository.index.projection import CONTENT_LOCK_TIMEOUT_MS
+from media_usage_worker.repository.work_queue.work import MediaUsageWorkRepository
 from tests.support import active_collection, drain
 
 HERO = [FieldDefinition("title", "Title", "string"), FieldDefinition("hero", "Hero", "image")]

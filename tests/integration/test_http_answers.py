@@ -197,7 +197,7 @@ def test_probes_answer_in_bounded_time_behind_a_locked_database(
     from concurrent.futures import ThreadPoolExecutor
 
     from media_usage_worker.http.probe import READY_TIMEOUT_SECONDS
-    from media_usage_worker.repository.db import create_engine
+    from media_usage_worker.repository.base.db import create_engine
 
     host = create_engine(migrated_url).connect()
     held = host.begin()

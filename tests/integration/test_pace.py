@@ -6,8 +6,8 @@ import json
 
 import sqlalchemy as sa
 
-from media_usage_worker.repository import pace
-from media_usage_worker.repository.schema import pace_samples
+from media_usage_worker.repository.base.schema import pace_samples
+from media_usage_worker.repository.work_queue import pace
 from tests.integration.test_cleanup import cleanup_site, cli, sql
 
 

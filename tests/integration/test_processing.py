@@ -12,9 +12,9 @@ from media_usage_worker.domain.policy import Limits
 from media_usage_worker.domain.snapshots import ContentEntry
 from media_usage_worker.pipeline.process import process_work_item
 from media_usage_worker.pipeline.refresh import refresh_entry
-from media_usage_worker.repository import projection, source_writes
-from media_usage_worker.repository.usage import usage_count, usage_page
-from media_usage_worker.repository.work import MediaUsageWorkRepository
+from media_usage_worker.repository.index import projection, source_writes
+from media_usage_worker.repository.index.usage import usage_count, usage_page
+from media_usage_worker.repository.work_queue.work import MediaUsageWorkRepository
 from tests.index_oracle import actual_index, expected_index
 from tests.support import (
     GALLERY_FIELD,
@@ -105,7 +105,7 @@ def test_one_entry_through_its_lifecycle(db, posts_with_media) -> None:
     assert media_ids(db) == {"columns": ["m2"], "draft_overlay": ["m3"]}
     # Unpublished entry with a draft: counts only through the draft.
     with db.connect() as conn:
-        from media_usage_worker.repository.usage import usage_counts
+        from media_usage_worker.repository.index.usage import usage_counts
 
         assert usage_counts(conn, ["m2", "m3"]) == {"m2": 0, "m3": 1}
 
@@ -120,7 +120,7 @@ def test_one_entry_through_its_lifecycle(db, posts_with_media) -> None:
     sql(db, "UPDATE ec_posts SET deleted_at = '2026-01-01T00:00:00.000Z' WHERE id = 'e1'")
     drain(db)
     with db.connect() as conn:
-        from media_usage_worker.repository.usage import usage_counts
+        from media_usage_worker.repository.index.usage import usage_counts
 
         assert usage_counts(conn, ["m3"]) == {"m3": 0}  # trashed entries do not count
     page = usage_page(db, "m3")

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from media_usage_worker.repository.db import create_engine
+from media_usage_worker.repository.base.db import create_engine
 from tests.support import WITHOUT_FILE_OVERRIDE
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,7 +30,7 @@ CHILD = textwrap.dedent(
     """
     import sys
     import sqlalchemy as sa
-    from media_usage_worker.repository.db import create_engine
+    from media_usage_worker.repository.base.db import create_engine
 
     engine = create_engine(sys.argv[1])
     with engine.connect() as conn:

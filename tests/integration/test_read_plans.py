@@ -20,7 +20,7 @@ import sqlalchemy as sa
 
 from media_usage_worker.api import MediaUsage
 from media_usage_worker.domain.content_model import FieldDefinition
-from media_usage_worker.repository import statistics
+from media_usage_worker.repository.base import statistics
 from tests.generated_site import generate_site
 from tests.support import active_collection, mark_coverage_complete
 
@@ -35,8 +35,8 @@ _SELECTIVE = re.compile(r"\b(media_id|content_id|source_key|id|rowid)=")
 @pytest.fixture(scope="module")
 def big_site(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
     """One generated site per dialect for the module (generating it is the slow part)."""
-    from media_usage_worker.repository.db import create_engine
-    from media_usage_worker.repository.migrate import upgrade
+    from media_usage_worker.repository.base.db import create_engine
+    from media_usage_worker.repository.migration.migrate import upgrade
 
     dialect = request.param
     name = None

@@ -15,10 +15,11 @@ from contextlib import contextmanager
 import pytest
 import sqlalchemy as sa
 
-from media_usage_worker.repository import status, usage
-from media_usage_worker.repository.collections import CollectionRegistry
-from media_usage_worker.repository.db import read_transaction
-from media_usage_worker.repository.work import MediaUsageWorkRepository
+from media_usage_worker.repository.base.db import read_transaction
+from media_usage_worker.repository.index import usage
+from media_usage_worker.repository.reconciling import status
+from media_usage_worker.repository.registry.collections import CollectionRegistry
+from media_usage_worker.repository.work_queue.work import MediaUsageWorkRepository
 from tests.support import active_collection, insert_work
 
 # Far below the 30 s busy timeout a reader would otherwise wait for.
@@ -108,8 +109,8 @@ def test_a_read_transaction_leaves_the_write_lock_free_and_restores_the_connecti
 def test_a_connection_in_a_transaction_is_joined_not_committed(db) -> None:
     """``transaction`` and ``read_transaction`` join the transaction a connection is already
     in: its reads see the caller's own writes, and the caller's rollback undoes theirs."""
-    from media_usage_worker.repository.collections import find_collection
-    from media_usage_worker.repository.db import transaction
+    from media_usage_worker.repository.base.db import transaction
+    from media_usage_worker.repository.registry.collections import find_collection
 
     with db.connect() as conn:
         outer = conn.begin()

@@ -8,9 +8,9 @@ import pytest
 import sqlalchemy as sa
 
 from media_usage_worker.pipeline.reconciliation import Reconciler
-from media_usage_worker.repository import reconciliation as reconciliations
-from media_usage_worker.repository.activation import activate
-from media_usage_worker.repository.collections import CollectionRegistry
+from media_usage_worker.repository.lifecycle.activation import activate
+from media_usage_worker.repository.reconciling import reconciliation as reconciliations
+from media_usage_worker.repository.registry.collections import CollectionRegistry
 from tests.index_oracle import (
     actual_index,
     actual_source_keys,
@@ -124,7 +124,7 @@ def test_a_run_ends_while_the_site_never_stops_writing(db, registered_posts) -> 
 
 
 def test_a_write_does_not_take_the_runs_claims_away(db, registered_posts) -> None:
-    from media_usage_worker.repository.work import MediaUsageWorkRepository
+    from media_usage_worker.repository.work_queue.work import MediaUsageWorkRepository
 
     write(db, INSERT, entries(40))
     activate(db)
@@ -180,7 +180,7 @@ def test_entries_deleted_before_reconciliation_lose_their_sources(db, registered
 
 
 def _trigger(db, registered_posts, suffix):
-    from media_usage_worker.repository.triggers import trigger_names
+    from media_usage_worker.repository.lifecycle.triggers import trigger_names
 
     return trigger_names(registered_posts.id, "posts")[suffix]
 
@@ -331,7 +331,7 @@ def test_a_batch_that_drains_a_backfill_takes_its_next_steps_at_once(db, registe
     from media_usage_worker.domain.policy import Limits
     from media_usage_worker.domain.work import Item
     from media_usage_worker.pipeline.batch import BatchRun
-    from media_usage_worker.repository.work import MediaUsageWorkRepository
+    from media_usage_worker.repository.work_queue.work import MediaUsageWorkRepository
 
     write(db, INSERT, entries(700))
     activate(db)
@@ -381,7 +381,7 @@ def test_a_wake_that_fails_costs_the_batch_nothing(db, registered_posts, monkeyp
     from media_usage_worker.domain.policy import Limits
     from media_usage_worker.domain.work import Item
     from media_usage_worker.pipeline.batch import BatchRun
-    from media_usage_worker.repository.work import MediaUsageWorkRepository
+    from media_usage_worker.repository.work_queue.work import MediaUsageWorkRepository
 
     write(db, INSERT, entries(5))
     activate(db)

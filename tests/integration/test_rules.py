@@ -11,10 +11,10 @@ from click.testing import CliRunner
 from media_usage_worker.cli import main
 from media_usage_worker.domain.content_model import FieldDefinition
 from media_usage_worker.domain.rules import EXTRACTION_VERSION
-from media_usage_worker.repository.coverage import restore_settled_coverage
-from media_usage_worker.repository.rules import mark_rules_changed
-from media_usage_worker.repository.status import overview
-from media_usage_worker.repository.usage import usage_count, usage_page
+from media_usage_worker.repository.index.usage import usage_count, usage_page
+from media_usage_worker.repository.reconciling.coverage import restore_settled_coverage
+from media_usage_worker.repository.reconciling.status import overview
+from media_usage_worker.repository.registry.rules import mark_rules_changed
 from tests.index_oracle import actual_index, expected_index
 from tests.support import (
     active_collection,

@@ -11,7 +11,7 @@ import pytest
 import sqlalchemy as sa
 
 from media_usage_worker.domain.errors import DowngradeRefused
-from media_usage_worker.repository.migrate import (
+from media_usage_worker.repository.migration.migrate import (
     current_revision,
     downgrade,
     head_revision,
@@ -405,7 +405,7 @@ def test_downgrade_refuses_while_media_usage_state_exists(
 
 
 def test_downgrade_refuses_while_collections_are_registered(db: sa.Engine) -> None:
-    from media_usage_worker.repository.collections import CollectionRegistry
+    from media_usage_worker.repository.registry.collections import CollectionRegistry
 
     CollectionRegistry(db).create_collection("posts", "Posts")
     with pytest.raises(DowngradeRefused, match="1 collection"):

@@ -15,10 +15,10 @@ from click.testing import CliRunner
 from media_usage_worker.api import MediaUsage
 from media_usage_worker.cli import main
 from media_usage_worker.domain.policy import Limits
-from media_usage_worker.repository.activation import activate, deactivate
-from media_usage_worker.repository.rules import add_media_url_prefix
-from media_usage_worker.repository.schema import media
-from media_usage_worker.repository.triggers import INACTIVE_MESSAGE
+from media_usage_worker.repository.base.schema import media
+from media_usage_worker.repository.lifecycle.activation import activate, deactivate
+from media_usage_worker.repository.lifecycle.triggers import INACTIVE_MESSAGE
+from media_usage_worker.repository.registry.rules import add_media_url_prefix
 from tests.index_oracle import actual_index, expected_index
 from tests.support import drain, status_row
 
@@ -359,7 +359,7 @@ def test_a_source_is_re_indexed_on_request(site) -> None:
 
 def test_a_usage_listing_pages_through_entries_and_source_rows(site) -> None:
     from media_usage_worker.domain.content_model import FieldDefinition
-    from media_usage_worker.repository.collections import create_collection
+    from media_usage_worker.repository.registry.collections import create_collection
 
     create_collection(site, "posts", "Posts", [FieldDefinition("hero", "Hero", "image")])
     activate(site)

@@ -15,10 +15,10 @@ from media_usage_worker.domain.validation import is_usable_identifier
 from media_usage_worker.domain.vocabulary import ErrorCode
 from media_usage_worker.pipeline.reconciliation import Reconciler
 from media_usage_worker.pipeline.repair import repair_collection
-from media_usage_worker.repository.activation import activate
-from media_usage_worker.repository.collections import CollectionRegistry
-from media_usage_worker.repository.schema import work
-from media_usage_worker.repository.work import MediaUsageWorkRepository
+from media_usage_worker.repository.base.schema import work
+from media_usage_worker.repository.lifecycle.activation import activate
+from media_usage_worker.repository.registry.collections import CollectionRegistry
+from media_usage_worker.repository.work_queue.work import MediaUsageWorkRepository
 from tests.index_oracle import actual_index, expected_index
 from tests.support import SAMPLE_FIELDS, drain, mark_coverage_complete, status_row
 

@@ -9,8 +9,8 @@ from datetime import datetime, timedelta
 import pytest
 
 from media_usage_worker.domain.work import WorkRecord
-from media_usage_worker.repository.collections import Collection
-from media_usage_worker.repository.work import MediaUsageWorkRepository
+from media_usage_worker.repository.registry.collections import Collection
+from media_usage_worker.repository.work_queue.work import MediaUsageWorkRepository
 from tests.support import (
     FUTURE,
     PAST,

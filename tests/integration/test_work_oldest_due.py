@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from media_usage_worker.repository.work import MediaUsageWorkRepository
+from media_usage_worker.repository.work_queue.work import MediaUsageWorkRepository
 from tests.support import FUTURE, SAMPLE_FIELDS, active_collection, insert_work
 
 

@@ -6,7 +6,7 @@ import pytest
 import sqlalchemy as sa
 
 from media_usage_worker.domain.cursor import encode_cursor, work_scope
-from media_usage_worker.repository import work_operator
+from media_usage_worker.repository.work_queue import work_operator
 from tests.support import (
     FUTURE,
     PAST,
@@ -300,7 +300,7 @@ def test_retry_respects_a_live_lease(repo, posts, db) -> None:
 
 
 def test_retry_for_a_collection_without_active_capture(repo, db) -> None:
-    from media_usage_worker.repository.collections import CollectionRegistry
+    from media_usage_worker.repository.registry.collections import CollectionRegistry
 
     pending = CollectionRegistry(db).create_collection("drafts", "Drafts")
     result = repo.retry_operator_work(collection_id=pending.id, content_id="e1")

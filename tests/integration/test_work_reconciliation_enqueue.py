@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 
-from media_usage_worker.repository.collections import Collection
+from media_usage_worker.repository.registry.collections import Collection
 from tests.support import FUTURE, PAST, active_collection, get_work, insert_work
 
 RUN, LEASE, EPOCH = "RUN01", "LEASE01", 9

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
-from media_usage_worker.repository.work import MediaUsageWorkRepository
+from media_usage_worker.repository.work_queue.work import MediaUsageWorkRepository
 from tests.support import PAST, active_collection, examples, get_work, set_work
 
 ENTRIES = ("e0", "e1")

@@ -3,7 +3,7 @@
 import pytest
 
 from media_usage_worker.domain.errors import InvalidDatabaseURL
-from media_usage_worker.repository.db import create_engine, parse_database_url
+from media_usage_worker.repository.base.db import create_engine, parse_database_url
 
 
 @pytest.mark.parametrize(

@@ -151,3 +151,30 @@ def test_names_that_moved_still_import_from_where_they_were() -> None:
     assert host_sources.all_sources is host_sources.list_sources
     assert cli_default == task_default == policy.DEFAULT_DATABASE_URL
     assert deletion.LEASE_SECONDS == deletion.DELETION_LEASE_SECONDS != policy.LEASE_SECONDS
+
+
+def test_every_repository_module_imports_from_where_it_was_before_the_feature_split() -> None:
+    """The data layer moved into one subpackage per feature; each module's old path is the very
+    same module object, so names imported, bound or patched through either path agree."""
+    import importlib
+
+    from media_usage_worker import repository
+
+    assert len(repository.MOVED) == 44
+    for name, feature in repository.MOVED.items():
+        new = importlib.import_module(f"media_usage_worker.repository.{feature}.{name}")
+        old = importlib.import_module(f"media_usage_worker.repository.{name}")
+        assert old is new, name
+        assert new.__spec__ is not None and new.__spec__.name == new.__name__, name
+        assert getattr(repository, name) is new, name
+    from media_usage_worker.repository.usage import usage_count as old_usage_count
+
+    from media_usage_worker.repository import status, usage  # the form host code used most
+    from media_usage_worker.repository.index.usage import usage_count
+
+    assert old_usage_count is usage_count
+    assert (
+        status.overview
+        is importlib.import_module("media_usage_worker.repository.reconciling.status").overview
+    )
+    assert usage.__name__ == "media_usage_worker.repository.index.usage"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import time
 
-from media_usage_worker.repository.ids import new_ulid
+from media_usage_worker.repository.base.ids import new_ulid
 
 CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 

@@ -1,0 +1,372 @@
+"""Clean-up statements (docs/design.md §13): list the library items no source uses, retire
+them into the quarantine behind the fence (``repository.fence``), restore them, and find
+references to no library item. Purge statements are ``repository.purge``'s and the audit
+``repository.audit_log``'s (both names stay importable from here).
+
+A retirement is one transaction per batch: the fence, the library rows locked, then the rule's
+checks (coverage complete and nothing waiting, no occurrence by id or by URL, no other row
+naming the storage key), then the move. A write that comes after the fence waits for the batch
+to commit: it is a use that began after the retirement, and restores the item when the worker
+indexes it (``restore_used``).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import sqlalchemy as sa
+
+from media_usage_worker.domain.cleanup import (
+    RestoreRefusal,
+    RestoreResult,
+    RetireRefusal,
+    RetireResult,
+    UnusedFilter,
+    UnusedItem,
+)
+from media_usage_worker.domain.host_sources import kind_label
+from media_usage_worker.repository.base.clock import db_now
+from media_usage_worker.repository.base.db import Bind, read_transaction, transaction
+from media_usage_worker.repository.base.schema import (
+    audit,
+    media,
+    occurrences,
+    purges,
+    quarantine,
+    sources,
+)
+from media_usage_worker.repository.index.usage import read_coverage
+from media_usage_worker.repository.quarantine.audit_log import audit_page, write_audit
+from media_usage_worker.repository.quarantine.fence import (
+    FENCE_WAIT_MS,
+    FenceBusy,
+    hold_fence,
+    lock_rows,
+    refused_by_rule,
+    uses_not_yet_indexed,
+)
+from media_usage_worker.repository.quarantine.purge import (
+    delivered,
+    delivery_failed,
+    purge_batch,
+    purgeable_ids,
+    undelivered,
+)
+from media_usage_worker.repository.quarantine.row_mirror import (
+    mirror_library_columns,
+    shared_columns,
+)
+
+__all__ = [
+    "FENCE_WAIT_MS",
+    "CleanupCounts",
+    "audit_page",
+    "cleanup_counts",
+    "dangling",
+    "delivered",
+    "delivery_failed",
+    "purge_batch",
+    "purgeable_ids",
+    "restore_batch",
+    "restore_used",
+    "retire_batch",
+    "undelivered",
+    "unused_ids",
+    "unused_items",
+]
+
+m, q, s, u = media.c, quarantine.c, sources.c, occurrences.c
+
+
+# Each occurrence with the source whose current generation it is.
+_CURRENT_OCCURRENCES = occurrences.join(
+    sources, sa.and_(s.source_key == u.source_key, s.current_generation == u.generation)
+)
+
+
+def _uses(media_id: Any, *, live_only: bool = False) -> sa.Exists:
+    """An occurrence of ``media_id`` in any source (``live_only``: in a source of an entry
+    not in the trash). Every occurrence counts, whatever its source's variant or scope: to
+    keep a file any reference is enough. A superseded generation's occurrences are deleted in
+    the transaction that promotes the next one, so without ``live_only`` no join to the
+    sources is needed: one probe of the occurrences' media id index, which the planner can
+    also walk beside the library's ids (a merge anti-join) for a whole listing."""
+    if not live_only:
+        return sa.exists(sa.select(1).where(u.media_id == media_id))
+
+    return sa.exists(
+        sa.select(1)
+        .select_from(_CURRENT_OCCURRENCES)
+        .where(u.media_id == media_id, s.content_deleted_at.is_(None))
+    )
+
+
+def _selection(chosen: UnusedFilter) -> list[sa.ColumnElement[bool]]:
+    """The library items an unused listing (or ``retire --all-unused``) takes."""
+    where = [_uses(m.id), ~_uses(m.id, live_only=True)] if chosen.trashed_only else [~_uses(m.id)]
+    if chosen.older_than_days is not None:
+        # Day granularity: the first ten characters of every timestamp format a host may
+        # have written (emdash's legacy text, ISO 8601) are the date, and sort alike.
+        cutoff = sa.func.substr(db_now(-86_400 * chosen.older_than_days), 1, 10)
+        where.append(sa.func.substr(m.created_at, 1, 10) < cutoff)
+    if chosen.mime_prefix is not None:
+        where.append(sa.func.substr(m.mime_type, 1, len(chosen.mime_prefix)) == chosen.mime_prefix)
+    return where
+
+
+# The most ids the queued writes may name for a listing to leave them out with one statement.
+MAX_WAITING_IDS = 5000
+
+
+class UnusedRead(NamedTuple):
+    """What ``unused_items`` reads (a tuple too, for callers that unpack it)."""
+
+    coverage: str
+    known: bool
+    items: list[UnusedItem]
+    # The whole selection's count and bytes, when asked for and known.
+    totals: tuple[int, int] | None
+
+
+def unused_items(
+    bind: Bind, chosen: UnusedFilter, after: str | None, limit: int, *, totals: bool
+) -> UnusedRead:
+    """(coverage, whether the answer is known, a page of unused items after the id ``after``,
+    and with ``totals`` their count and bytes over the whole selection). Known while coverage
+    is ``complete``, or whole but for queued writes whose references can be read now
+    (``fence.uses_not_yet_indexed``): what they name is left out. The page is an index walk
+    that stops at ``limit``; the totals read the whole selection, so a listing asks for them
+    once."""
+    with read_transaction(bind) as conn:
+        coverage = read_coverage(conn)
+        where = _selection(chosen)
+        if not coverage.complete:
+            waiting = uses_not_yet_indexed(conn)
+            if waiting is None or len(waiting) > MAX_WAITING_IDS:
+                return UnusedRead(coverage.status, False, [], None)
+            if waiting:
+                where.append(m.id.not_in(sorted(waiting)))
+        page = sa.select(m.id, m.filename, m.mime_type, m.size, m.storage_key, m.created_at)
+        page = page.where(*where).order_by(m.id).limit(limit)
+        if after is not None:
+            page = page.where(m.id > after)
+        items = [UnusedItem(*row) for row in conn.execute(page)]
+        if not totals:
+            return UnusedRead(coverage.status, True, items, None)
+        count, size = conn.execute(
+            sa.select(sa.func.count(), sa.func.coalesce(sa.func.sum(m.size), 0)).where(*where)
+        ).one()
+    return UnusedRead(coverage.status, True, items, (int(count), int(size)))
+
+
+def unused_ids(bind: Bind, chosen: UnusedFilter, after: str | None, limit: int) -> list[str]:
+    """The ids of the next ``limit`` unused items after ``after`` (``retire --all-unused``)."""
+    query = sa.select(m.id).where(*_selection(chosen)).order_by(m.id).limit(limit)
+    if after is not None:
+        query = query.where(m.id > after)
+    with read_transaction(bind) as conn:
+        return list(conn.execute(query).scalars())
+
+
+def retire_batch(
+    engine: sa.Engine,
+    ids: Sequence[str],
+    actor: str,
+    reason: str,
+    before_move: Callable[[], None] | None = None,
+    *,
+    dry_run: bool = False,
+) -> RetireResult:
+    """Move the ids the rule allows from the library into the quarantine, in one transaction
+    behind the fence; every other id gets its reason. ``dry_run`` applies every check and moves
+    nothing. ``before_move`` runs between the checks and the move (tests widen the window a
+    write would have to race)."""
+    if not dry_run:
+        mirror_library_columns(engine)
+    try:
+        return _retire_batch(engine, ids, actor, reason, before_move, dry_run)
+    except FenceBusy:
+        return RetireResult([], dict.fromkeys(ids, RetireRefusal.NOT_KNOWN_YET))
+
+
+def _retire_batch(
+    engine: sa.Engine,
+    ids: Sequence[str],
+    actor: str,
+    reason: str,
+    before_move: Callable[[], None] | None,
+    dry_run: bool,
+) -> RetireResult:
+    refused: dict[str, RetireRefusal] = {}
+    with transaction(engine) as conn:
+        hold_fence(conn)
+        # Locked before anything is read of them: a host edit in flight is waited for (and
+        # kept), and a second retirement of the same ids finds them gone, not duplicated.
+        in_library = lock_rows(conn, media, ids)
+        retired = set(conn.execute(sa.select(q.id).where(q.id.in_(ids))).scalars())
+        for media_id in ids:
+            if media_id in retired:
+                refused[media_id] = RetireRefusal.ALREADY_RETIRED
+            elif media_id not in in_library:
+                refused[media_id] = RetireRefusal.NOT_IN_LIBRARY
+        keys = {i: in_library[i].storage_key for i in ids if i not in refused}
+        ruled = refused_by_rule(conn, keys)
+        refused.update({i: RetireRefusal(why) for i, why in ruled.items()})
+        candidates = [i for i in ids if i not in refused]
+        if candidates and not dry_run:
+            if before_move is not None:
+                before_move()
+            _move(conn, media, quarantine, candidates, retired_by=actor, reason=reason)
+            write_audit(conn, actor, "retire", candidates, reason)
+    return RetireResult(candidates, {i: refused[i] for i in ids if i in refused})
+
+
+def restore_batch(engine: sa.Engine, ids: Sequence[str], actor: str) -> RestoreResult:
+    """Put quarantined items back into the library exactly as they were. The quarantine rows
+    are locked first, so a restore racing a purge either wins whole (the purge finds the row
+    gone) or loses whole (the row is gone when the lock is granted)."""
+    refused: dict[str, RestoreRefusal] = {}
+    with transaction(engine) as conn:
+        held = lock_rows(conn, quarantine, ids)
+        present = set(conn.execute(sa.select(m.id).where(m.id.in_(ids))).scalars())
+        purged = _purged(conn, [i for i in ids if i not in held and i not in present])
+        for media_id in ids:
+            if media_id in present:
+                refused[media_id] = RestoreRefusal.IN_LIBRARY
+            elif media_id in purged:
+                refused[media_id] = RestoreRefusal.PURGED
+            elif media_id not in held:
+                refused[media_id] = RestoreRefusal.NOT_RETIRED
+        chosen = [i for i in ids if i not in refused]
+        if chosen:
+            _move(conn, quarantine, media, chosen)
+            write_audit(conn, actor, "restore", chosen, None)
+    return RestoreResult(chosen, {i: refused[i] for i in ids if i in refused})
+
+
+def _purged(conn: sa.Connection, ids: Sequence[str]) -> set[str]:
+    """The ids among ``ids`` that a purge removed for good (its audit names them)."""
+    a = audit.c
+    return {
+        media_id
+        for media_id in ids
+        if conn.execute(
+            sa.select(1)
+            .where(a.action == "purge", a.media_ids.contains(json.dumps(media_id), autoescape=True))
+            .limit(1)
+        ).first()
+    }
+
+
+def restore_used(conn: sa.Connection, media_ids: Sequence[str]) -> list[str]:
+    """Restore the quarantined items among ``media_ids``, which a write indexed in this
+    transaction now uses: a use that began after the retirement. Returns the restored ids."""
+    if not media_ids:
+        return []
+    found = sorted(lock_rows(conn, quarantine, media_ids))
+    if found:
+        _move(conn, quarantine, media, found)
+        write_audit(conn, "worker", "restore", found, "a write uses it again")
+    return found
+
+
+def _move(
+    conn: sa.Connection, source: sa.Table, target: sa.Table, ids: list[str], **extra: str
+) -> None:
+    """Copy the rows of ``ids`` from ``source`` to ``target`` (every column the library and
+    the quarantine share, the host's own included, and the quarantine's own when it is the
+    target), then delete them from ``source``."""
+    names = shared_columns(conn)
+    origin = sa.table(source.name, *(sa.column(n) for n in names))
+    columns: list[sa.ColumnElement[Any]] = [origin.c[n] for n in names]
+    if target is quarantine:
+        columns += [db_now().label("retired_at")]
+        columns += [sa.literal(value, sa.Text).label(key) for key, value in extra.items()]
+        names = [*names, "retired_at", *extra]
+    destination = sa.table(target.name, *(sa.column(n) for n in names))
+    rows = sa.select(*columns).where(origin.c.id.in_(ids))
+    conn.execute(destination.insert().from_select(names, rows))
+    conn.execute(source.delete().where(source.c.id.in_(ids)))
+
+
+@functools.cache
+def _dangling_statement() -> sa.Select[Any]:
+    # Current local references to an id in neither the library nor the quarantine.
+
+    return (
+        sa.select(u.media_id, s.collection_slug, s.content_id, u.field_path)
+        .select_from(_CURRENT_OCCURRENCES)
+        .where(
+            u.media_id.isnot(None),
+            ~sa.exists(sa.select(1).where(m.id == u.media_id)),
+            ~sa.exists(sa.select(1).where(q.id == u.media_id)),
+        )
+        .order_by(u.media_id, s.collection_slug, s.content_id, u.field_path)
+    )
+
+
+class DanglingReference(NamedTuple):
+    """A current reference to a media id no library item has, and where it is."""
+
+    media_id: str
+    collection: str  # a collection's slug, or a source's scope key
+    content_id: str
+    field_path: str
+
+    @property
+    def kind(self) -> str:
+        """``content``, or the kind of the source beyond content the reference is in."""
+        return kind_label(self.collection)
+
+    def shown(self) -> dict[str, str]:
+        """As the CLI's ``--json`` and the HTTP API give it."""
+        return {"media_id": self.media_id, "kind": self.kind, "collection": self.collection,
+                "content_id": self.content_id, "field_path": self.field_path}  # fmt: skip
+
+
+class DanglingRead(NamedTuple):
+    references: list[DanglingReference]  # up to the limit asked for
+    total: int  # how many there are
+
+
+def dangling(bind: Bind, limit: int) -> DanglingRead:
+    """Up to ``limit`` references to no library item, with where they are, and how many there
+    are."""
+    statement = _dangling_statement()
+    with read_transaction(bind) as conn:
+        rows = [DanglingReference(*row) for row in conn.execute(statement.limit(limit))]
+        total = conn.execute(
+            sa.select(sa.func.count()).select_from(statement.order_by(None).subquery())
+        ).scalar_one()
+    return DanglingRead(rows, int(total))
+
+
+@dataclass(frozen=True)
+class CleanupCounts:
+    retired: int
+    dangling: int
+    restored_by_use: int
+    undelivered_files: int
+    parked_files: int = 0
+
+
+def cleanup_counts(bind: Bind) -> CleanupCounts:
+    """What the metrics show of the clean-up: items in the quarantine, dangling references,
+    restores a later use made, purged files not yet handed to the host."""
+    dangling_refs = _dangling_statement().order_by(None).subquery()
+    with read_transaction(bind) as conn:
+        return CleanupCounts(
+            conn.execute(sa.select(sa.func.count()).select_from(quarantine)).scalar_one(),
+            conn.execute(sa.select(sa.func.count()).select_from(dangling_refs)).scalar_one(),
+            conn.execute(
+                sa.select(sa.func.count()).where(
+                    audit.c.actor == "worker", audit.c.action == "restore"
+                )
+            ).scalar_one(),
+            conn.execute(sa.select(sa.func.count()).select_from(purges)).scalar_one(),
+            conn.execute(sa.select(sa.func.count(purges.c.parked_at))).scalar_one(),
+        )
