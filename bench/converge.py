@@ -26,7 +26,7 @@ from bench.env import Bench, fill, use_in_process
 from bench.stats import percentile
 from media_usage_worker.domain.sample_content import sample_entries
 from media_usage_worker.repository.base.db import create_engine
-from media_usage_worker.repository.registry.sample_content import write_entries
+from media_usage_worker.sample_content import write_entries
 
 # Longest a run may take before it is reported as not converged.
 DEADLINE_SECONDS = 900

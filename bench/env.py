@@ -16,11 +16,11 @@ import redis
 import sqlalchemy as sa
 
 from media_usage_worker.domain.sample_content import COLLECTIONS, sample_entries
+from media_usage_worker.pipeline.capture import activate
 from media_usage_worker.pipeline.repair import repair_collection
 from media_usage_worker.repository.base.db import create_engine
-from media_usage_worker.repository.lifecycle.activation import activate
 from media_usage_worker.repository.migration.migrate import upgrade
-from media_usage_worker.repository.registry.sample_content import (
+from media_usage_worker.sample_content import (
     create_sample_collections,
     write_entries,
 )

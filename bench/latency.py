@@ -11,7 +11,7 @@ from bench.env import Bench, fill, use_in_process, wait_until, work_left
 from bench.stats import percentile
 from media_usage_worker.domain.sample_content import sample_entries
 from media_usage_worker.repository.base.db import create_engine
-from media_usage_worker.repository.registry.sample_content import write_entries
+from media_usage_worker.sample_content import write_entries
 
 ENTRIES = 2000  # entries in the database; half measured, half background load
 BACKLOG = 20_000  # entries written at once for the backlog mode

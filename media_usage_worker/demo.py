@@ -21,15 +21,15 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from media_usage_worker.domain.sample_content import sample_entries
+from media_usage_worker.pipeline.capture import activate, declare_source
 from media_usage_worker.repository.base.db import create_engine
-from media_usage_worker.repository.lifecycle.activation import activate
 from media_usage_worker.repository.migration.migrate import upgrade
 from media_usage_worker.repository.reconciling.status import (
     CollectionStatus,
     index_totals,
     overview,
 )
-from media_usage_worker.repository.registry.sample_content import (
+from media_usage_worker.sample_content import (
     create_sample_collections,
     create_sample_site,
     write_entries,
@@ -86,7 +86,8 @@ def run_demo(
     engine = create_engine(url)
     try:
         slugs = create_sample_collections(engine)
-        create_sample_site(engine)
+        if (menu := create_sample_site(engine)) is not None:
+            declare_source(engine, menu)
         activate(engine)
         env = _task_env(url, directory)
         with _celery(directory, env, workers):

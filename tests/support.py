@@ -9,6 +9,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from media_usage_worker.domain.content_model import FieldDefinition
+from media_usage_worker.pipeline.capture import activate
 from media_usage_worker.repository.base.clock import db_now
 from media_usage_worker.repository.base.schema import (
     collection_deletions,
@@ -19,7 +20,6 @@ from media_usage_worker.repository.base.schema import (
     sources,
     work,
 )
-from media_usage_worker.repository.lifecycle.activation import activate
 from media_usage_worker.repository.registry.collections import Collection, CollectionRegistry
 from media_usage_worker.repository.registry.rules import record_indexed_rules
 

@@ -71,7 +71,7 @@ def activate_command(database_url: str) -> None:
     Content written before activation is picked up by reconciliation. Running it again
     re-verifies every collection's triggers and changes nothing else.
     """
-    from media_usage_worker.repository.lifecycle.activation import activate
+    from media_usage_worker.pipeline.capture import activate
 
     with open_engine(database_url) as engine:
         slugs = activate(engine)
@@ -93,7 +93,7 @@ def deactivate_command(database_url: str) -> None:
     stays; `activate` turns capture on again and reconciles everything. Needed before
     `db downgrade` (docs/operations.md, "Deactivating and uninstalling").
     """
-    from media_usage_worker.repository.lifecycle.activation import deactivate
+    from media_usage_worker.pipeline.capture import deactivate
 
     with open_engine(database_url) as engine:
         slugs = deactivate(engine)

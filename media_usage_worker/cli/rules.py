@@ -38,7 +38,7 @@ def rules() -> None:
 @handle_errors
 def rules_add(collection: str, path: str, database_url: str) -> None:
     """Declare PATH (e.g. body[_type=marketing.gallery].items[].imageUrl) as holding media."""
-    from media_usage_worker.repository.registry.rules import declare_reference_path
+    from media_usage_worker.pipeline.registry import declare_reference_path
 
     validate_collection_slug(collection)
     parsed = parse_reference_path(path)
@@ -58,7 +58,7 @@ def rules_add(collection: str, path: str, database_url: str) -> None:
 @handle_errors
 def rules_remove(collection: str, path: str, database_url: str) -> None:
     """Remove a declared reference path."""
-    from media_usage_worker.repository.registry.rules import remove_reference_path
+    from media_usage_worker.pipeline.registry import remove_reference_path
 
     validate_collection_slug(collection)
     parsed = parse_reference_path(path)
@@ -74,7 +74,7 @@ def rules_remove(collection: str, path: str, database_url: str) -> None:
 @handle_errors
 def rules_add_url_prefix(prefix: str, database_url: str) -> None:
     """Declare PREFIX (e.g. https://cdn.example.com/media/) as where media files are served."""
-    from media_usage_worker.repository.registry.rules import add_media_url_prefix
+    from media_usage_worker.pipeline.registry import add_media_url_prefix
 
     validate_media_url_prefix(prefix)
     with open_engine(database_url) as engine:
@@ -92,7 +92,7 @@ def rules_add_url_prefix(prefix: str, database_url: str) -> None:
 @handle_errors
 def rules_remove_url_prefix(prefix: str, database_url: str) -> None:
     """Remove a media URL prefix."""
-    from media_usage_worker.repository.registry.rules import remove_media_url_prefix
+    from media_usage_worker.pipeline.registry import remove_media_url_prefix
 
     validate_media_url_prefix(prefix)
     with open_engine(database_url) as engine:

@@ -66,7 +66,7 @@ def sources_add(
 ) -> None:  # fmt: skip
     """Declare TABLE as a source: each write to it is indexed like a content write, and the
     rows it already has are indexed by a reconciliation."""
-    from media_usage_worker.repository.lifecycle.activation import declare_source
+    from media_usage_worker.pipeline.capture import declare_source
 
     source = HostSource(SourceKind.TABLE, table_name, key_column, parse_columns(columns))
     source.validated()
@@ -86,7 +86,7 @@ def sources_add(
 @handle_errors
 def sources_remove(table_name: str, database_url: str) -> None:
     """Remove a declared source: its triggers, its work and its rows in the index."""
-    from media_usage_worker.repository.lifecycle.activation import remove_declared_source
+    from media_usage_worker.pipeline.capture import remove_declared_source
 
     checked_identifier(table_name, "Table")
     with open_engine(database_url) as engine:
@@ -139,7 +139,7 @@ def sources_list(as_json: bool, database_url: str) -> None:
 def sources_reindex(kind: str, database_url: str) -> None:
     """Re-index every row of the source of KIND (settings, user, byline or table:<name>):
     its coverage is stale until the reconciliation has done it."""
-    from media_usage_worker.repository.registry.collections import request_source_reindex
+    from media_usage_worker.pipeline.registry import request_source_reindex
 
     checked_kind(kind)
     with open_engine(database_url) as engine:

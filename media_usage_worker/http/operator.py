@@ -21,10 +21,10 @@ from media_usage_worker.domain.work import OperatorRetryResult
 from media_usage_worker.http.bodies import json_object, page_limit
 from media_usage_worker.http.errors import ApiError
 from media_usage_worker.pipeline.deletion import delete_collection
+from media_usage_worker.pipeline.registry import request_reindex
 from media_usage_worker.repository.lifecycle.deletion import page as deletion_page
 from media_usage_worker.repository.lifecycle.deletion import reopen as reopen_deletion
 from media_usage_worker.repository.registry import collections
-from media_usage_worker.repository.registry.collections import request_reindex
 from media_usage_worker.repository.work_queue import work_operator
 from media_usage_worker.tasks.dispatch import reconcile_soon
 

@@ -28,8 +28,8 @@ from media_usage_worker.domain.vocabulary import (
 )
 from media_usage_worker.domain.vocabulary import ReconciliationAction as Action
 from media_usage_worker.domain.vocabulary import ReconciliationPhase as Phase
+from media_usage_worker.pipeline.capture import capture_new_collections
 from media_usage_worker.repository.base import statistics
-from media_usage_worker.repository.lifecycle.activation import capture_new_collections
 from media_usage_worker.repository.reconciling import reconciliation as store
 from media_usage_worker.repository.reconciling.reconciliation import Coordinator
 from media_usage_worker.repository.registry.built_in_sources import sync_built_in_sources

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from types import ModuleType
 
 # Old module name -> the feature subpackage it lives in now.
-MOVED: dict[str, str] = {
+_FEATURES: dict[str, str] = {
     **dict.fromkeys(
         ("clock", "db", "ids", "predicates", "row_sets", "schema", "statistics", "stored_text",
          "upsert"),
@@ -40,7 +40,7 @@ MOVED: dict[str, str] = {
     **dict.fromkeys(("projection", "source_writes", "usage"), "index"),
     **dict.fromkeys(
         ("built_in_sources", "collections", "content_tables", "field_registry", "host_sources",
-         "rules", "rules_state", "sample_content"),
+         "rules", "rules_state"),
         "registry",
     ),
     **dict.fromkeys(("activation", "deletion", "triggers"), "lifecycle"),
@@ -49,6 +49,13 @@ MOVED: dict[str, str] = {
         ("audit_log", "cleanup", "fence", "purge", "row_mirror", "sweep"), "quarantine"
     ),
 }  # fmt: skip
+
+# Old module name -> the module it is now. The sample content writes as a host application
+# would (collections, rules, sources): it is no data access of this project's, so it moved out.
+MOVED: dict[str, str] = {
+    **{name: f"{__name__}.{feature}.{name}" for name, feature in _FEATURES.items()},
+    "sample_content": "media_usage_worker.sample_content",
+}
 
 
 class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -67,8 +74,7 @@ class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         self._own_specs: dict[str, importlib.machinery.ModuleSpec | None] = {}
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
-        name = spec.name.rpartition(".")[2]
-        module = importlib.import_module(f"{__name__}.{MOVED[name]}.{name}")
+        module = importlib.import_module(MOVED[spec.name.rpartition(".")[2]])
         self._own_specs[module.__name__] = module.__spec__
         return module
 

@@ -38,21 +38,14 @@ from media_usage_worker.domain.cleanup import UnusedFilter
 from media_usage_worker.domain.content_model import FieldDefinition
 from media_usage_worker.domain.host_sources import ColumnKind, HostSource, SourceKind
 from media_usage_worker.domain.reference_paths import parse_reference_path
+from media_usage_worker.pipeline.capture import activate, declare_source, remove_declared_source
 from media_usage_worker.pipeline.cleanup import restore, retire_all_unused
 from media_usage_worker.pipeline.purge import PurgeTarget, purge
+from media_usage_worker.pipeline.registry import declare_reference_path, remove_reference_path
 from media_usage_worker.repository.base.clock import db_now
 from media_usage_worker.repository.base.schema import media
-from media_usage_worker.repository.lifecycle.activation import (
-    activate,
-    declare_source,
-    remove_declared_source,
-)
 from media_usage_worker.repository.quarantine.cleanup import dangling
 from media_usage_worker.repository.registry.collections import create_collection
-from media_usage_worker.repository.registry.rules import (
-    declare_reference_path,
-    remove_reference_path,
-)
 from tests.index_oracle import expected_index
 from tests.processes import wait_for
 

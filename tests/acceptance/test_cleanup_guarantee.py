@@ -20,10 +20,10 @@ import sqlalchemy as sa
 
 from media_usage_worker.domain.cleanup import UnusedFilter
 from media_usage_worker.domain.content_model import FieldDefinition
+from media_usage_worker.pipeline.capture import activate
 from media_usage_worker.pipeline.cleanup import restore, retire_all_unused
 from media_usage_worker.repository.base.clock import db_now
 from media_usage_worker.repository.base.schema import media
-from media_usage_worker.repository.lifecycle.activation import activate
 from media_usage_worker.repository.quarantine.cleanup import dangling
 from media_usage_worker.repository.registry.collections import create_collection
 from tests.index_oracle import expected_index

@@ -24,10 +24,10 @@ import sqlalchemy as sa
 import yaml
 
 from media_usage_worker.domain.sample_content import sample_entries
+from media_usage_worker.pipeline.capture import activate
 from media_usage_worker.repository.base.db import create_engine
-from media_usage_worker.repository.lifecycle.activation import activate
 from media_usage_worker.repository.migration.migrate import current_revision
-from media_usage_worker.repository.registry.sample_content import (
+from media_usage_worker.sample_content import (
     create_sample_collections,
     write_entries,
 )

@@ -10,7 +10,7 @@ import pytest
 import sqlalchemy as sa
 
 from media_usage_worker.domain.content_model import FieldDefinition
-from media_usage_worker.repository.lifecycle.activation import activate
+from media_usage_worker.pipeline.capture import activate
 from media_usage_worker.repository.registry.collections import CollectionRegistry
 from tests.index_oracle import (
     actual_index,

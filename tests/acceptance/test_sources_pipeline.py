@@ -9,8 +9,8 @@ import json
 import sqlalchemy as sa
 
 from media_usage_worker.api import MediaUsage
+from media_usage_worker.pipeline.capture import activate
 from media_usage_worker.repository.base.schema import media
-from media_usage_worker.repository.lifecycle.activation import activate
 from tests.index_oracle import actual_index, expected_index
 from tests.processes import cli, wait_for
 from tests.support import status_row

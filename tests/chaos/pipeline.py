@@ -7,10 +7,10 @@ import subprocess
 
 import sqlalchemy as sa
 
+from media_usage_worker.pipeline.capture import activate
 from media_usage_worker.repository.base.db import create_engine
-from media_usage_worker.repository.lifecycle.activation import activate
 from media_usage_worker.repository.reconciling.status import overview
-from media_usage_worker.repository.registry.sample_content import create_sample_collections
+from media_usage_worker.sample_content import create_sample_collections
 from tests.chaos import audit
 from tests.processes import Processes, wait_for
 

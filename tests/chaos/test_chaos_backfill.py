@@ -17,9 +17,9 @@ import pytest
 import redis
 
 from media_usage_worker.domain.sample_content import sample_entries
+from media_usage_worker.pipeline.capture import activate
 from media_usage_worker.repository.base.db import create_engine
-from media_usage_worker.repository.lifecycle.activation import activate
-from media_usage_worker.repository.registry.sample_content import (
+from media_usage_worker.sample_content import (
     create_sample_collections,
     write_entries,
 )

@@ -15,11 +15,11 @@ import pytest
 import sqlalchemy as sa
 
 from media_usage_worker.domain.content_model import FieldDefinition
+from media_usage_worker.pipeline.capture import activate
 from media_usage_worker.repository.base.db import create_engine
 from media_usage_worker.repository.lifecycle import deletion as deletions
-from media_usage_worker.repository.lifecycle.activation import activate
 from media_usage_worker.repository.registry.collections import CollectionRegistry
-from media_usage_worker.repository.registry.sample_content import create_sample_collections
+from media_usage_worker.sample_content import create_sample_collections
 from tests.chaos.pipeline import quiet, work_by_state
 from tests.chaos.writer import ContentWriter
 from tests.index_oracle import actual_index, expected_index

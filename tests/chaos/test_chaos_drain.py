@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import redis
 
+from media_usage_worker.pipeline.capture import activate
 from media_usage_worker.repository.base.db import create_engine
-from media_usage_worker.repository.lifecycle.activation import activate
-from media_usage_worker.repository.registry.sample_content import create_sample_collections
+from media_usage_worker.sample_content import create_sample_collections
 from tests.chaos import audit
 from tests.chaos.pipeline import quiet, work_by_state
 from tests.chaos.writer import ContentWriter

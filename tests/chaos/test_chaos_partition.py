@@ -19,10 +19,10 @@ import pytest
 import sqlalchemy as sa
 
 from media_usage_worker.api import MediaUsage
+from media_usage_worker.pipeline.capture import activate
 from media_usage_worker.repository.base.db import create_engine
-from media_usage_worker.repository.lifecycle.activation import activate
 from media_usage_worker.repository.migration.migrate import upgrade
-from media_usage_worker.repository.registry.sample_content import create_sample_collections
+from media_usage_worker.sample_content import create_sample_collections
 from tests.chaos import audit, network
 from tests.chaos.pipeline import quiet, work_by_state
 from tests.chaos.writer import ContentWriter

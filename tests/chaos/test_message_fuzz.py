@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from kombu import Connection, Producer
 
 from media_usage_worker.domain.sample_content import sample_entries
-from media_usage_worker.repository.registry.sample_content import write_entries
+from media_usage_worker.sample_content import write_entries
 from tests.chaos import audit
 from tests.chaos.fuzz import forgeries
 from tests.chaos.pipeline import quiet, start_audited_pipeline

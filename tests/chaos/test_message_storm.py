@@ -14,7 +14,7 @@ from celery import Celery
 from kombu.exceptions import ChannelError
 
 from media_usage_worker.domain.sample_content import sample_entries
-from media_usage_worker.repository.registry.sample_content import write_entries
+from media_usage_worker.sample_content import write_entries
 from tests.chaos import audit
 from tests.chaos.pipeline import start_audited_pipeline
 from tests.index_oracle import actual_index, expected_index

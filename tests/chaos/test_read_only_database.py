@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+from media_usage_worker.pipeline.capture import activate
 from media_usage_worker.repository.base.db import create_engine
-from media_usage_worker.repository.lifecycle.activation import activate
-from media_usage_worker.repository.registry.sample_content import create_sample_collections
+from media_usage_worker.sample_content import create_sample_collections
 from tests.chaos.pipeline import quiet
 from tests.index_oracle import actual_index, expected_index
 from tests.processes import Processes, wait_for, work_rows

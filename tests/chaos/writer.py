@@ -12,7 +12,7 @@ from sqlalchemy.exc import DBAPIError
 
 from media_usage_worker.domain.sample_content import sample_entries
 from media_usage_worker.repository.base.db import create_engine
-from media_usage_worker.repository.registry.sample_content import write_entries
+from media_usage_worker.sample_content import write_entries
 
 
 class ContentWriter(threading.Thread):

@@ -9,8 +9,8 @@ import pytest
 import sqlalchemy as sa
 
 from media_usage_worker.domain.content_model import FieldDefinition
+from media_usage_worker.pipeline.capture import activate
 from media_usage_worker.repository.lifecycle import triggers
-from media_usage_worker.repository.lifecycle.activation import activate
 from media_usage_worker.repository.registry.collections import CollectionRegistry
 from media_usage_worker.repository.work_queue.work import MediaUsageWorkRepository
 from tests.support import FUTURE, active_collection, get_work, status_row

@@ -18,9 +18,10 @@ from media_usage_worker.domain.cleanup import UnusedFilter
 from media_usage_worker.domain.content_model import FieldDefinition
 from media_usage_worker.domain.errors import InvalidArgument
 from media_usage_worker.pipeline import cleanup
+from media_usage_worker.pipeline.registry import request_reindex
 from media_usage_worker.repository.base.schema import media
 from media_usage_worker.repository.quarantine import cleanup as store
-from media_usage_worker.repository.registry.collections import create_collection, request_reindex
+from media_usage_worker.repository.registry.collections import create_collection
 from tests.integration.test_sources import settle
 from tests.support import drain, mark_coverage_complete
 
@@ -59,7 +60,7 @@ def cleanup_site(db: sa.Engine) -> sa.Engine:
             for i, (f, t, n, at) in LIBRARY.items()
         ])  # fmt: skip
     create_collection(db, "posts", "Posts", [FieldDefinition("hero", "Hero", "image")])
-    from media_usage_worker.repository.lifecycle.activation import activate
+    from media_usage_worker.pipeline.capture import activate
 
     activate(db)
     sql(db, "INSERT INTO ec_posts (id, hero) VALUES ('p1', 'm4')")

@@ -476,7 +476,7 @@ def test_concurrent_retirements_of_the_same_ids_answer_already_retired(library, 
 
 
 def test_dry_runs_apply_the_real_rules(library) -> None:
-    from media_usage_worker.repository.registry.collections import request_reindex
+    from media_usage_worker.pipeline.registry import request_reindex
     from tests.integration.test_cleanup import cli
 
     request_reindex(library, "posts")  # not known until the collection is reconciled

@@ -11,7 +11,7 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from media_usage_worker.api import MediaUsage
-from media_usage_worker.repository.lifecycle.activation import activate
+from media_usage_worker.pipeline.capture import activate
 from tests.processes import cli
 from tests.support import drain, mark_coverage_complete
 

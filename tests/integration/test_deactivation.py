@@ -7,8 +7,8 @@ from click.testing import CliRunner
 
 from media_usage_worker.cli import main
 from media_usage_worker.domain.content_model import FieldDefinition
+from media_usage_worker.pipeline.capture import activate, deactivate
 from media_usage_worker.repository.lifecycle import triggers
-from media_usage_worker.repository.lifecycle.activation import activate, deactivate
 from media_usage_worker.repository.migration.migrate import current_revision, downgrade
 from tests.support import active_collection, drain, get_work, mark_coverage_complete, status_row
 

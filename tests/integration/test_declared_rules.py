@@ -14,14 +14,14 @@ from media_usage_worker.domain.content_model import FieldDefinition
 from media_usage_worker.domain.reference_paths import parse_reference_path
 from media_usage_worker.domain.rules import EXTRACTION_VERSION
 from media_usage_worker.pipeline.reconciliation import Reconciler
-from media_usage_worker.repository.base.schema import media, rules_state
-from media_usage_worker.repository.index.usage import usage_count
-from media_usage_worker.repository.registry.rules import (
+from media_usage_worker.pipeline.registry import (
     add_media_url_prefix,
     declare_reference_path,
-    read_declared_rules,
     remove_reference_path,
 )
+from media_usage_worker.repository.base.schema import media, rules_state
+from media_usage_worker.repository.index.usage import usage_count
+from media_usage_worker.repository.registry.rules import read_declared_rules
 from tests.index_oracle import actual_index, expected_index
 from tests.support import (
     active_collection,

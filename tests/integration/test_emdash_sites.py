@@ -11,8 +11,8 @@ import pytest
 import sqlalchemy as sa
 
 from media_usage_worker.api import MediaUsage
+from media_usage_worker.pipeline.capture import activate
 from media_usage_worker.repository.base.db import create_engine
-from media_usage_worker.repository.lifecycle.activation import activate
 from media_usage_worker.repository.migration.adoption import adoption_plan
 from media_usage_worker.repository.migration.migrate import upgrade
 from tests.emdash_truth import truly_used

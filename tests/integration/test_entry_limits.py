@@ -19,7 +19,7 @@ import sqlalchemy as sa
 
 from media_usage_worker.domain.content_model import FieldDefinition
 from media_usage_worker.domain.vocabulary import ErrorCode
-from media_usage_worker.repository.lifecycle.activation import activate
+from media_usage_worker.pipeline.capture import activate
 from media_usage_worker.repository.registry.collections import CollectionRegistry
 from tests.support import get_work, status_row
 

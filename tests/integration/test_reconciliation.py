@@ -7,8 +7,8 @@ import json
 import pytest
 import sqlalchemy as sa
 
+from media_usage_worker.pipeline.capture import activate
 from media_usage_worker.pipeline.reconciliation import Reconciler
-from media_usage_worker.repository.lifecycle.activation import activate
 from media_usage_worker.repository.reconciling import reconciliation as reconciliations
 from media_usage_worker.repository.registry.collections import CollectionRegistry
 from tests.index_oracle import (

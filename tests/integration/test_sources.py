@@ -15,10 +15,10 @@ from click.testing import CliRunner
 from media_usage_worker.api import MediaUsage
 from media_usage_worker.cli import main
 from media_usage_worker.domain.policy import Limits
+from media_usage_worker.pipeline.capture import activate, deactivate
+from media_usage_worker.pipeline.registry import add_media_url_prefix
 from media_usage_worker.repository.base.schema import media
-from media_usage_worker.repository.lifecycle.activation import activate, deactivate
 from media_usage_worker.repository.lifecycle.triggers import INACTIVE_MESSAGE
-from media_usage_worker.repository.registry.rules import add_media_url_prefix
 from tests.index_oracle import actual_index, expected_index
 from tests.support import drain, status_row
 

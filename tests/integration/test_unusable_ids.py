@@ -13,10 +13,10 @@ import sqlalchemy as sa
 from media_usage_worker.domain.errors import InvalidArgument
 from media_usage_worker.domain.validation import is_usable_identifier
 from media_usage_worker.domain.vocabulary import ErrorCode
+from media_usage_worker.pipeline.capture import activate
 from media_usage_worker.pipeline.reconciliation import Reconciler
 from media_usage_worker.pipeline.repair import repair_collection
 from media_usage_worker.repository.base.schema import work
-from media_usage_worker.repository.lifecycle.activation import activate
 from media_usage_worker.repository.registry.collections import CollectionRegistry
 from media_usage_worker.repository.work_queue.work import MediaUsageWorkRepository
 from tests.index_oracle import actual_index, expected_index

@@ -161,8 +161,9 @@ def test_every_repository_module_imports_from_where_it_was_before_the_feature_sp
     from media_usage_worker import repository
 
     assert len(repository.MOVED) == 44
-    for name, feature in repository.MOVED.items():
-        new = importlib.import_module(f"media_usage_worker.repository.{feature}.{name}")
+    assert repository.MOVED["usage"] == "media_usage_worker.repository.index.usage"
+    for name, home in repository.MOVED.items():
+        new = importlib.import_module(home)
         old = importlib.import_module(f"media_usage_worker.repository.{name}")
         assert old is new, name
         assert new.__spec__ is not None and new.__spec__.name == new.__name__, name

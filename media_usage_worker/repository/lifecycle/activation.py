@@ -12,9 +12,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from media_usage_worker.domain.content_model import COLLECTION_SLUG_PATTERN
 from media_usage_worker.domain.errors import ActivationError, InvalidSource
-from media_usage_worker.domain.host_sources import ColumnKind, HostSource
+from media_usage_worker.domain.host_sources import HostSource
 from media_usage_worker.domain.reference_paths import ReferencePath
 from media_usage_worker.domain.vocabulary import (
     ActivationState,
@@ -24,12 +23,11 @@ from media_usage_worker.domain.vocabulary import (
 )
 from media_usage_worker.repository.base import schema
 from media_usage_worker.repository.base.clock import db_now
-from media_usage_worker.repository.base.db import read_transaction, transaction
 from media_usage_worker.repository.base.predicates import active_status_row, status_row
 from media_usage_worker.repository.base.upsert import insert_factory
 from media_usage_worker.repository.lifecycle import triggers
 from media_usage_worker.repository.registry import host_sources
-from media_usage_worker.repository.registry.content_tables import content_table_name, scope_columns
+from media_usage_worker.repository.registry.content_tables import scope_columns
 from media_usage_worker.repository.registry.rules_state import record_indexed_rules
 
 _status = schema.index_status.c
@@ -115,51 +113,40 @@ def _prepare_for_activation(conn: sa.Connection, collection_id: str, slug: str) 
         )
 
 
-def activate(engine: sa.Engine) -> list[str]:
-    """Turn incremental capture on for every collection, in one transaction.
-
-    Installs (or replaces) the capture triggers of each ``ec_<slug>`` table, marks each
-    collection's capture ``active`` with ``reconciliation_required = 1`` so content written
-    before now is picked up by reconciliation, and flips the global switch. On an already
-    active database it re-verifies every collection: collections whose capture is active only
-    get their triggers replaced; anything else is brought to active the same way.
-    Returns the slugs it covered.
-    """
+def registered_collections(conn: sa.Connection) -> list[tuple[str, str]]:
+    """Every registered collection's ``(id, slug)``, by slug."""
     registry = schema.collections.c
-    with transaction(engine) as conn:
-        rows = conn.execute(sa.select(registry.id, registry.slug).order_by(registry.slug)).all()
-        for collection_id, slug in rows:
-            # A host may register any slug; only one that is a safe identifier becomes SQL.
-            if not (isinstance(slug, str) and COLLECTION_SLUG_PATTERN.fullmatch(slug)):
-                raise ActivationError(
-                    f"Collection slug {slug!r} (id {collection_id!r}) is not one this project "
-                    f"can capture: it must match ^{COLLECTION_SLUG_PATTERN.pattern}$. Rename "
-                    "or remove the collection, then activate again."
-                )
-            if not sa.inspect(conn).has_table(content_table_name(slug)):
-                raise ActivationError(f"Collection {slug!r} has no ec_{slug} table.")
-            capture_collection(conn, collection_id, slug)
-        for source in host_sources.list_sources(conn):
-            capture_source(conn, source)
-        triggers.install_revisions(conn)
-        conn.execute(
-            schema.activation.update()
-            .where(
-                _activation.task_key == schema.CAPTURE_TASK_KEY,
-                _activation.state != ActivationState.ACTIVE,
-            )
-            .values(
-                state=ActivationState.ACTIVE,
-                activated_at=db_now(),
-                drain_confirmed_at=db_now(),
-                collection_cursor=None,
-                lease_token=None,
-                lease_expires_at=None,
-                last_error_code=None,
-                updated_at=db_now(),
-            )
+    return [
+        (collection_id, slug)
+        for collection_id, slug in conn.execute(
+            sa.select(registry.id, registry.slug).order_by(registry.slug)
         )
-    return [slug for _, slug in rows]
+    ]
+
+
+def table_exists(conn: sa.Connection, table: str) -> bool:
+    return sa.inspect(conn).has_table(table)
+
+
+def switch_capture_on(conn: sa.Connection) -> None:
+    """The global switch to ``active`` (once: an active switch keeps its activation time)."""
+    conn.execute(
+        schema.activation.update()
+        .where(
+            _activation.task_key == schema.CAPTURE_TASK_KEY,
+            _activation.state != ActivationState.ACTIVE,
+        )
+        .values(
+            state=ActivationState.ACTIVE,
+            activated_at=db_now(),
+            drain_confirmed_at=db_now(),
+            collection_cursor=None,
+            lease_token=None,
+            lease_expires_at=None,
+            last_error_code=None,
+            updated_at=db_now(),
+        )
+    )
 
 
 def capture_collection(conn: sa.Connection, collection_id: str, slug: str) -> None:
@@ -176,11 +163,9 @@ def capture_collection(conn: sa.Connection, collection_id: str, slug: str) -> No
     )
 
 
-def capture_new_collections(engine: sa.Engine) -> list[str]:
-    """Capture every collection the CMS registered itself after activation (a registry row
-    and its content table, no capture yet), as ``activate`` would; nothing before activation.
-    Its slugs. A slug that is not a safe identifier, or a collection being deleted, is left
-    alone (its coverage stays ``never``: unused does not answer over it)."""
+def uncaptured_collections(conn: sa.Connection) -> list[tuple[str, str]]:
+    """The ``(id, slug)`` of each registered collection with no active capture that is not
+    being deleted: those the CMS registered itself after activation."""
     registry = schema.collections.c
     uncaptured = (
         sa.select(registry.id, registry.slug)
@@ -192,20 +177,7 @@ def capture_new_collections(engine: sa.Engine) -> list[str]:
         )
         .order_by(registry.slug)
     )
-    # Every reconcile tick asks: read first, and take a write transaction only to act.
-    with read_transaction(engine) as conn:
-        if not is_activation_active(conn) or conn.execute(uncaptured).first() is None:
-            return []
-    captured = []
-    with transaction(engine) as conn:
-        if not is_activation_active(conn):
-            return []
-        for collection_id, slug in conn.execute(uncaptured).all():
-            safe = isinstance(slug, str) and COLLECTION_SLUG_PATTERN.fullmatch(slug)
-            if safe and sa.inspect(conn).has_table(content_table_name(slug)):
-                capture_collection(conn, collection_id, slug)
-                captured.append(slug)
-    return captured
+    return [(collection_id, slug) for collection_id, slug in conn.execute(uncaptured)]
 
 
 def _capture_is_active(conn: sa.Connection, collection_id: str, slug: str) -> bool:
@@ -217,70 +189,53 @@ def _capture_is_active(conn: sa.Connection, collection_id: str, slug: str) -> bo
     )
 
 
-def deactivate(engine: sa.Engine) -> list[str]:
-    """Turn incremental capture off for every collection, in one transaction.
+def deletions_in_progress(conn: sa.Connection) -> int:
+    return conn.execute(
+        sa.select(sa.func.count()).select_from(schema.collection_deletions)
+    ).scalar_one()
 
-    The way back to a database ``db downgrade`` accepts. Every capture trigger is dropped, so
-    host writes are no longer captured (nor refused); the queued work and reconciliation runs
-    are deleted, since nothing would process them; every collection's coverage stops being
-    trusted (``stale`` with ``reconciliation_required``; a never-indexed one stays ``never``)
-    and loses its capture state; the global switch goes back to ``expanded``. The index rows
-    stay: a later ``activate`` reconciles every collection again. Refused while a collection
-    deletion is in progress. Returns the slugs whose triggers were dropped.
-    """
-    registry = schema.collections.c
-    with transaction(engine) as conn:
-        deleting = conn.execute(
-            sa.select(sa.func.count()).select_from(schema.collection_deletions)
-        ).scalar_one()
-        if deleting:
-            raise ActivationError("A collection deletion is in progress; deactivation refused.")
-        slugs = [
-            slug
-            for slug in conn.execute(sa.select(registry.slug).order_by(registry.slug)).scalars()
-            # A slug activation refused never got triggers, and never becomes SQL here.
-            if isinstance(slug, str) and COLLECTION_SLUG_PATTERN.fullmatch(slug)
-            and sa.inspect(conn).has_table(content_table_name(slug))
-        ]  # fmt: skip
-        # Triggers first: dropping one waits for the table's writers in flight (PostgreSQL's
-        # lock), so the work rows they queued exist by the time they are deleted below.
-        for slug in slugs:
-            triggers.remove(conn, slug)
-        for source in host_sources.list_sources(conn):
-            if sa.inspect(conn).has_table(source.table):
-                triggers.remove_source(conn, source)
-        triggers.remove_revisions(conn)
-        conn.execute(schema.work.delete())
-        conn.execute(schema.reconciliations.delete())
-        never = _status.status == CoverageStatus.NEVER
-        conn.execute(
-            schema.index_status.update()
-            .where(_status.adapter_id == schema.ADAPTER_ID, _status.scope_type == schema.SCOPE_TYPE)
-            .values(
-                capture_state=None,
-                status=sa.case((never, _status.status), else_=CoverageStatus.STALE.value),
-                last_error_code=sa.case((never, _status.last_error_code), else_=ErrorCode.STALE),
-                completed_at=None,
-                cursor=None,
-                change_epoch=_status.change_epoch + 1,
-                reconciliation_required=1,
-                updated_at=db_now(),
-            )
+
+def drop_all_work(conn: sa.Connection) -> None:
+    """Every queued work row and reconciliation run: with capture off nothing processes them."""
+    conn.execute(schema.work.delete())
+    conn.execute(schema.reconciliations.delete())
+
+
+def distrust_all_coverage(conn: sa.Connection) -> None:
+    """Every scope's coverage ``stale`` and to reconcile (a never-indexed one stays ``never``),
+    its capture state gone and its epoch moved on."""
+    never = _status.status == CoverageStatus.NEVER
+    conn.execute(
+        schema.index_status.update()
+        .where(_status.adapter_id == schema.ADAPTER_ID, _status.scope_type == schema.SCOPE_TYPE)
+        .values(
+            capture_state=None,
+            status=sa.case((never, _status.status), else_=CoverageStatus.STALE.value),
+            last_error_code=sa.case((never, _status.last_error_code), else_=ErrorCode.STALE),
+            completed_at=None,
+            cursor=None,
+            change_epoch=_status.change_epoch + 1,
+            reconciliation_required=1,
+            updated_at=db_now(),
         )
-        conn.execute(
-            schema.activation.update()
-            .where(_activation.task_key == schema.CAPTURE_TASK_KEY)
-            .values(
-                state=ActivationState.EXPANDED,
-                activated_at=None,
-                drain_confirmed_at=None,
-                collection_cursor=None,
-                lease_token=None,
-                lease_expires_at=None,
-                updated_at=db_now(),
-            )
+    )
+
+
+def switch_capture_off(conn: sa.Connection) -> None:
+    """The global switch back to ``expanded``."""
+    conn.execute(
+        schema.activation.update()
+        .where(_activation.task_key == schema.CAPTURE_TASK_KEY)
+        .values(
+            state=ActivationState.EXPANDED,
+            activated_at=None,
+            drain_confirmed_at=None,
+            collection_cursor=None,
+            lease_token=None,
+            lease_expires_at=None,
+            updated_at=db_now(),
         )
-    return slugs
+    )
 
 
 def capture_source(conn: sa.Connection, source: HostSource) -> None:
@@ -304,10 +259,10 @@ def capture_source(conn: sa.Connection, source: HostSource) -> None:
         .values(capture_state=CaptureState.ACTIVE, updated_at=db_now())
     )
     if not was_active:
-        _complete_if_nothing_to_index(conn, source)
+        complete_if_nothing_to_index(conn, source)
 
 
-def _complete_if_nothing_to_index(conn: sa.Connection, source: HostSource) -> None:
+def complete_if_nothing_to_index(conn: sa.Connection, source: HostSource) -> None:
     """Coverage ``complete`` at once for a source whose table has no row and of which the
     index holds nothing: there is nothing to reconcile. Sound because its triggers are in
     place in this transaction: on PostgreSQL creating them waited for the table's writers in
@@ -332,47 +287,45 @@ def _complete_if_nothing_to_index(conn: sa.Connection, source: HostSource) -> No
     record_indexed_rules(conn, source.collection_id)
 
 
-def declare_source(
-    engine: sa.Engine, source: HostSource, paths: Sequence[ReferencePath] = ()
+def insert_reference_paths(
+    conn: sa.Connection, collection_id: str, paths: Sequence[ReferencePath]
 ) -> None:
-    """Register a host table as a source, in one transaction: checked against the catalog,
-    stored with the reference paths declared into its JSON columns, and (while capture is
-    active) captured, its coverage ``never`` until a reconciliation has indexed the rows it
-    already has."""
-    json_columns = {name for name, kind in source.columns if kind == ColumnKind.JSON}
     for path in paths:
-        if path.field_slug not in json_columns:
-            raise InvalidSource(
-                f"Reference path {path.text!r} must start with one of the source's JSON "
-                f"columns ({', '.join(sorted(json_columns)) or 'it has none'})."
-            )
-    with transaction(engine) as conn:
-        host_sources.check_declarable(conn, source)
-        host_sources.insert_source(conn, source)
-        for path in paths:
-            conn.execute(
-                schema.reference_paths.insert().values(
-                    collection_id=source.collection_id, path=path.text,
-                    field_slug=path.field_slug,
-                )
-            )  # fmt: skip
-        capture = CaptureState.ACTIVE if is_activation_active(conn) else None
         conn.execute(
-            schema.index_status.insert().values(
-                **_fresh_status_row(source.collection_id, source.scope_key, capture)
+            schema.reference_paths.insert().values(
+                collection_id=collection_id, path=path.text, field_slug=path.field_slug
             )
         )
-        if capture is not None:
-            triggers.install_source(conn, source)
-            _complete_if_nothing_to_index(conn, source)
 
 
-def remove_declared_source(engine: sa.Engine, table: str) -> HostSource:
-    """Remove a declared source and everything of it, in one transaction: its triggers (the
-    drop waits for the table's writers in flight), its work, coverage and index rows."""
-    with transaction(engine) as conn:
-        source = host_sources.require_declared(conn, table)
-        if sa.inspect(conn).has_table(source.table):
-            triggers.remove_source(conn, source)
-        host_sources.delete_index_of(conn, source.collection_id)
-    return source
+def insert_status_row(
+    conn: sa.Connection, source: HostSource, capture: CaptureState | None
+) -> None:
+    """A newly declared source's coverage row: ``never`` until reconciled."""
+    conn.execute(
+        schema.index_status.insert().values(
+            **_fresh_status_row(source.collection_id, source.scope_key, capture)
+        )
+    )
+
+
+# The flows made of these statements moved up to ``pipeline.capture``; their names stay
+# importable from here for code written before the move (looked up on first use only, so this
+# module imports nothing above the data layer).
+_FLOWS = frozenset(
+    {
+        "activate",
+        "deactivate",
+        "capture_new_collections",
+        "declare_source",
+        "remove_declared_source",
+    }
+)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _FLOWS:
+        from media_usage_worker.pipeline import capture
+
+        return getattr(capture, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

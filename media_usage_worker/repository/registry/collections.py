@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError, ProgrammingError
@@ -19,12 +20,10 @@ from media_usage_worker.domain.content_model import (
     validate_label,
 )
 from media_usage_worker.domain.errors import (
-    CaptureInactive,
     CollectionExists,
     CollectionNotFound,
     FieldExists,
     MediaUsageError,
-    SourceNotFound,
 )
 from media_usage_worker.domain.vocabulary import CaptureState, CoverageStatus, ErrorCode
 from media_usage_worker.repository.base.clock import db_now
@@ -48,7 +47,6 @@ from media_usage_worker.repository.registry.content_tables import (
 from media_usage_worker.repository.registry.field_registry import (
     load_fields as load_fields,  # re-exported
 )
-from media_usage_worker.repository.registry.host_sources import list_sources
 
 
 @dataclass(frozen=True)
@@ -234,36 +232,8 @@ def collection_by_slug(conn: sa.Connection, slug: str) -> Collection:
     return collection
 
 
-def request_reindex(bind: Bind, slug: str) -> int:
-    """Take the collection out of ``complete`` so the reconciliation re-indexes every entry;
-    returns the new change epoch. Refused, changing nothing, before activation
-    (``CaptureInactive``) or for an unknown slug (``CollectionNotFound``)."""
-    validate_collection_slug(slug)
-    with transaction(bind) as conn:
-        collection = collection_by_slug(conn, slug)
-        if not activation.is_activation_active(conn):
-            raise CaptureInactive()
-        invalidate_coverage(conn, collection, ErrorCode.REINDEX_REQUESTED)
-        return _epoch_of(conn, collection.id)
-
-
-def request_source_reindex(bind: Bind, kind: str) -> int:
-    """``request_reindex`` of a source beyond content, named by its kind (``settings``,
-    ``user``, ``byline``, ``table:<name>``): its rows are re-indexed through work items, the
-    only way a source's rows are written (docs/design.md §11a)."""
-    with transaction(bind) as conn:
-        found = [s for s in list_sources(conn) if s.label == kind]
-        if not found:
-            raise SourceNotFound(f"No source of kind {kind!r}.")
-        if not activation.is_activation_active(conn):
-            raise CaptureInactive()
-        source = found[0]
-        scope = Collection(source.collection_id, source.scope_key, source.label)
-        invalidate_coverage(conn, scope, ErrorCode.REINDEX_REQUESTED)
-        return _epoch_of(conn, source.collection_id)
-
-
-def _epoch_of(conn: sa.Connection, collection_id: str) -> int:
+def epoch_of(conn: sa.Connection, collection_id: str) -> int:
+    """The scope's change epoch now."""
     status = index_status.c
     epoch = sa.select(status.change_epoch).where(status.collection_id == collection_id)
     return int(conn.execute(epoch).scalar_one())
@@ -273,3 +243,17 @@ def is_registered(bind: Bind, collection_id: str, slug: str) -> bool:
     """The collection still exists with exactly this id and slug."""
     with transaction(bind) as conn:
         return bool(conn.execute(sa.select(registered(collection_id, slug))).scalar_one())
+
+
+# The flows made of these statements moved up to ``pipeline.registry``; their names stay
+# importable from here (looked up on first use, so this module imports nothing above the data
+# layer).
+_FLOWS = frozenset({"request_reindex", "request_source_reindex"})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _FLOWS:
+        from media_usage_worker.pipeline import registry
+
+        return getattr(registry, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

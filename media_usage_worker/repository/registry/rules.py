@@ -6,19 +6,21 @@ transaction (``record_indexed_rules``); ``mark_rules_changed`` takes every colle
 under other rules out of ``complete`` in one guarded statement, and reconciliation re-indexes
 it; ``rules_current`` is the guard that keeps a worker of other rules from restoring it.
 
-The site's declared rules (reference paths, media URL prefixes) change here too: each change is
-one transaction that stores it, counts a new rules revision and takes the collections it
-touches out of ``complete`` (their epoch moves, so a run in progress restarts under them).
+The statements that change the site's declared rules (reference paths, media URL prefixes) are
+here too; ``pipeline.registry`` makes each change one transaction that stores it, counts a new
+rules revision and takes the collections it touches out of ``complete`` (their epoch moves, so
+a run in progress restarts under them).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import sqlalchemy as sa
 
-from media_usage_worker.domain.errors import CollectionNotFound, InvalidRule, RuleNotFound
-from media_usage_worker.domain.reference_paths import MAX_PATHS_PER_COLLECTION, ReferencePath
+from media_usage_worker.domain.errors import CollectionNotFound
+from media_usage_worker.domain.reference_paths import ReferencePath
 from media_usage_worker.domain.rules import RulesState
 from media_usage_worker.domain.vocabulary import CaptureState, CoverageStatus, ErrorCode
 from media_usage_worker.repository.base.clock import db_now
@@ -43,18 +45,28 @@ from media_usage_worker.repository.registry.collections import (
 from media_usage_worker.repository.registry.field_registry import current_fingerprints
 from media_usage_worker.repository.registry.rules_state import record_indexed_rules, rules_current
 
+# The flows (noqa F822) are in ``pipeline.registry`` now, looked up by ``__getattr__`` below;
+# ``record_indexed_rules`` and ``rules_current`` are defined in ``rules_state``.
 __all__ = [
     "DeclaredRules",
-    "add_media_url_prefix",
-    "declare_reference_path",
+    "add_media_url_prefix",  # noqa: F822
+    "all_collections_held",
+    "collection_held",
+    "count_other_reference_paths",
+    "count_rules_change",
+    "declare_reference_path",  # noqa: F822
+    "delete_media_url_prefix",
+    "delete_reference_path",
+    "field_exists",
+    "insert_media_url_prefix",
+    "insert_reference_path",
     "mark_rules_changed",
     "read_declared_rules",
     "read_media_url_prefixes",
     "read_rules_states",
-    # Defined in ``rules_state`` (below this module, for ``activation``); importable here too.
     "record_indexed_rules",
-    "remove_media_url_prefix",
-    "remove_reference_path",
+    "remove_media_url_prefix",  # noqa: F822
+    "remove_reference_path",  # noqa: F822
     "rules_current",
 ]
 r = rules_state.c
@@ -157,81 +169,58 @@ class DeclaredRules:
     media_url_prefixes: list[str]
 
 
-def declare_reference_path(bind: Bind, collection_slug: str, path: ReferencePath) -> bool:
-    """Store the path; ``False`` when it was already declared (nothing changes then)."""
-    with transaction(bind) as conn:
-        collection = _locked_collection(conn, collection_slug)
-        known = conn.execute(
-            sa.select(1).where(
-                fields.c.collection_id == collection.id, fields.c.slug == path.field_slug
-            )
-        ).first()
-        if known is None:
-            raise InvalidRule(
-                f"Reference path {path.text!r}: collection {collection_slug!r} has no field "
-                f"{path.field_slug!r}."
-            )
-        declared = conn.execute(
-            sa.select(sa.func.count()).where(
-                rp.collection_id == collection.id, rp.path != path.text
-            )
-        ).scalar_one()
-        if declared >= MAX_PATHS_PER_COLLECTION:
-            raise InvalidRule(
-                f"Collection {collection_slug!r} already declares {declared} reference paths, "
-                f"the most one collection may have ({MAX_PATHS_PER_COLLECTION}); remove one "
-                "first, or declare a shorter path that reaches several places ([] steps)."
-            )
-        inserted = conn.execute(
-            insert_factory_for(conn.dialect.name)(reference_paths)
-            .values(collection_id=collection.id, path=path.text, field_slug=path.field_slug)
-            .on_conflict_do_nothing(index_elements=[rp.collection_id, rp.path])
-            .returning(rp.path)
-        ).first()
-        if inserted is not None:
-            _rules_changed(conn, [collection])
-        return inserted is not None
+def field_exists(conn: sa.Connection, collection_id: str, field_slug: str) -> bool:
+    found = sa.select(1).where(fields.c.collection_id == collection_id, fields.c.slug == field_slug)
+    return conn.execute(found).first() is not None
 
 
-def remove_reference_path(bind: Bind, collection_slug: str, path_text: str) -> None:
-    with transaction(bind) as conn:
-        collection = _locked_collection(conn, collection_slug)
-        removed = conn.execute(
-            reference_paths.delete()
-            .where(rp.collection_id == collection.id, rp.path == path_text)
-            .returning(rp.path)
-        ).first()
-        if removed is None:
-            raise RuleNotFound(
-                f"Collection {collection_slug!r} declares no reference path {path_text!r}."
-            )
-        _rules_changed(conn, [collection])
+def count_other_reference_paths(conn: sa.Connection, collection_id: str, path_text: str) -> int:
+    """How many paths the collection declares besides ``path_text``."""
+    return conn.execute(
+        sa.select(sa.func.count()).where(rp.collection_id == collection_id, rp.path != path_text)
+    ).scalar_one()
 
 
-def add_media_url_prefix(bind: Bind, prefix: str) -> bool:
-    """Store the (validated) prefix; ``False`` when it was already there."""
-    with transaction(bind) as conn:
-        inserted = conn.execute(
-            insert_factory_for(conn.dialect.name)(media_url_prefixes)
-            .values(prefix=prefix)
-            .on_conflict_do_nothing(index_elements=[media_url_prefixes.c.prefix])
-            .returning(media_url_prefixes.c.prefix)
-        ).first()
-        if inserted is not None:
-            _rules_changed(conn, _all_collections(conn))
-        return inserted is not None
+def insert_reference_path(conn: sa.Connection, collection_id: str, path: ReferencePath) -> bool:
+    """Store the path; ``False`` when it was there already."""
+    inserted = conn.execute(
+        insert_factory_for(conn.dialect.name)(reference_paths)
+        .values(collection_id=collection_id, path=path.text, field_slug=path.field_slug)
+        .on_conflict_do_nothing(index_elements=[rp.collection_id, rp.path])
+        .returning(rp.path)
+    ).first()
+    return inserted is not None
 
 
-def remove_media_url_prefix(bind: Bind, prefix: str) -> None:
-    with transaction(bind) as conn:
-        removed = conn.execute(
-            media_url_prefixes.delete()
-            .where(media_url_prefixes.c.prefix == prefix)
-            .returning(media_url_prefixes.c.prefix)
-        ).first()
-        if removed is None:
-            raise RuleNotFound(f"No media URL prefix {prefix!r} is declared.")
-        _rules_changed(conn, _all_collections(conn))
+def delete_reference_path(conn: sa.Connection, collection_id: str, path_text: str) -> bool:
+    """``False`` when the collection declares no such path."""
+    removed = conn.execute(
+        reference_paths.delete()
+        .where(rp.collection_id == collection_id, rp.path == path_text)
+        .returning(rp.path)
+    ).first()
+    return removed is not None
+
+
+def insert_media_url_prefix(conn: sa.Connection, prefix: str) -> bool:
+    """Store the prefix; ``False`` when it was there already."""
+    prefixes = media_url_prefixes.c
+    inserted = conn.execute(
+        insert_factory_for(conn.dialect.name)(media_url_prefixes)
+        .values(prefix=prefix)
+        .on_conflict_do_nothing(index_elements=[prefixes.prefix])
+        .returning(prefixes.prefix)
+    ).first()
+    return inserted is not None
+
+
+def delete_media_url_prefix(conn: sa.Connection, prefix: str) -> bool:
+    """``False`` when no such prefix is declared."""
+    prefixes = media_url_prefixes.c
+    removed = conn.execute(
+        media_url_prefixes.delete().where(prefixes.prefix == prefix).returning(prefixes.prefix)
+    ).first()
+    return removed is not None
 
 
 def read_declared_rules(bind: Bind) -> DeclaredRules:
@@ -253,7 +242,7 @@ def read_media_url_prefixes(conn: sa.Connection) -> list[str]:
 # has not yet dropped the registry row waits for this change to commit, then removes the rules
 # rows it wrote; one that already dropped it is not seen. Either way no rules row outlives its
 # collection.
-def _all_collections(conn: sa.Connection) -> list[Collection]:
+def all_collections_held(conn: sa.Connection) -> list[Collection]:
     """Every collection, and every source beyond content (a media URL can be anywhere)."""
     statement = sa.select(collections.c.id, collections.c.slug, collections.c.label)
     rows = conn.execute(statement.with_for_update(read=True))
@@ -264,8 +253,8 @@ def _all_collections(conn: sa.Connection) -> list[Collection]:
     return [Collection(*row) for row in rows] + [Collection(*row) for row in sources]
 
 
-def _locked_collection(conn: sa.Connection, slug: str) -> Collection:
-    """``collection_by_slug``, with the registry row held as ``_all_collections`` holds it."""
+def collection_held(conn: sa.Connection, slug: str) -> Collection:
+    """``collection_by_slug``, with the registry row held as ``all_collections_held`` holds it."""
     collection = collection_by_slug(conn, slug)
     held = conn.execute(
         sa.select(collections.c.id)
@@ -277,7 +266,7 @@ def _locked_collection(conn: sa.Connection, slug: str) -> Collection:
     return collection
 
 
-def _rules_changed(conn: sa.Connection, changed: list[Collection]) -> None:
+def count_rules_change(conn: sa.Connection, changed: list[Collection]) -> None:
     """A new rules revision for each collection, and its coverage out of ``complete``."""
     for collection in changed:
         insert = insert_factory_for(conn.dialect.name)(rules_state).values(
@@ -290,3 +279,20 @@ def _rules_changed(conn: sa.Connection, changed: list[Collection]) -> None:
             )
         )
         invalidate_coverage(conn, collection, ErrorCode.RULES_CHANGED)
+
+
+# The flows made of these statements moved up to ``pipeline.registry``; their names stay
+# importable from here (looked up on first use, so this module imports nothing above the data
+# layer).
+_FLOWS = frozenset(
+    {"declare_reference_path", "remove_reference_path", "add_media_url_prefix",
+     "remove_media_url_prefix"}
+)  # fmt: skip
+
+
+def __getattr__(name: str) -> Any:
+    if name in _FLOWS:
+        from media_usage_worker.pipeline import registry
+
+        return getattr(registry, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

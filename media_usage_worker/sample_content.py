@@ -22,11 +22,11 @@ from media_usage_worker.domain.sample_content import (
     SampleEntry,
     media_library,
 )
+from media_usage_worker.pipeline.registry import declare_reference_path
 from media_usage_worker.repository.base.db import Bind, transaction
 from media_usage_worker.repository.base.schema import bylines, media, options, revisions, users
 from media_usage_worker.repository.registry import collections, host_sources
 from media_usage_worker.repository.registry.content_tables import content_columns
-from media_usage_worker.repository.registry.rules import declare_reference_path
 
 
 def create_sample_collections(bind: sa.Engine) -> list[str]:
@@ -81,12 +81,11 @@ _menu = sa.Table(
 )
 
 
-def create_sample_site(engine: sa.Engine) -> None:
+def create_sample_site(engine: sa.Engine) -> HostSource | None:
     """The sample site beyond its collections, as its host would write it: settings with a
     favicon, a logo and a default social image, a user and a byline with avatars, and a menu
-    table declared as a source. Rows that exist already are left as they are."""
-    from media_usage_worker.repository.lifecycle.activation import declare_source
-
+    table. Rows that exist already are left as they are. The menu table as a source to declare
+    (``pipeline.capture.declare_source``), or None once it is declared."""
     _menu.create(engine, checkfirst=True)
     with transaction(engine) as conn:
         _insert_missing(
@@ -114,9 +113,10 @@ def create_sample_site(engine: sa.Engine) -> None:
             {"id": i, "items": json.dumps(items), "link": link} for i, items, link in SAMPLE_MENU
         ])  # fmt: skip
         declared = SAMPLE_MENU_TABLE in {s.table for s in host_sources.list_sources(conn)}
-    if not declared:
-        columns = (("items", ColumnKind.JSON), ("link", ColumnKind.URL))
-        declare_source(engine, HostSource(SourceKind.TABLE, SAMPLE_MENU_TABLE, "id", columns))
+    if declared:
+        return None
+    columns = (("items", ColumnKind.JSON), ("link", ColumnKind.URL))
+    return HostSource(SourceKind.TABLE, SAMPLE_MENU_TABLE, "id", columns)
 
 
 def _insert_missing(
