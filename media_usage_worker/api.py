@@ -32,30 +32,55 @@ from media_usage_worker.domain.cleanup import (
     UnusedItem,
     UnusedPage,
 )
+from media_usage_worker.domain.content_model import FieldDefinition
 from media_usage_worker.domain.cursor import SLUG_ORDER, decode_cursor, usage_scope
 from media_usage_worker.domain.errors import InvalidArgument
+from media_usage_worker.domain.host_sources import HostSource
 from media_usage_worker.domain.pace import Pace
+from media_usage_worker.domain.vocabulary import DeletionState
+from media_usage_worker.domain.work import Page
 from media_usage_worker.pipeline import cleanup
 from media_usage_worker.repository.base.db import read_transaction
 from media_usage_worker.repository.index import usage as usage_store
 from media_usage_worker.repository.index.usage import Coverage, ScopeCoverage, UsageEntry, UsagePage
 from media_usage_worker.repository.lifecycle import deletion as deletion_store
+from media_usage_worker.repository.lifecycle.deletion import DeletionPage
 from media_usage_worker.repository.migration.migrate import open_migrated
+from media_usage_worker.repository.quarantine import audit_log
 from media_usage_worker.repository.quarantine import purge as purge_store
+from media_usage_worker.repository.quarantine.cleanup import (
+    CleanupCounts,
+    DanglingRead,
+    cleanup_counts,
+    dangling,
+)
+from media_usage_worker.repository.quarantine.purge import Undelivered
 from media_usage_worker.repository.reconciling import status as status_store
-from media_usage_worker.repository.reconciling.status import CollectionStatus
+from media_usage_worker.repository.reconciling.status import CollectionStatus, IndexTotals
+from media_usage_worker.repository.registry import collections as registry
+from media_usage_worker.repository.registry import host_sources, rules
+from media_usage_worker.repository.registry.collections import Collection
+from media_usage_worker.repository.registry.rules import DeclaredRules
 from media_usage_worker.repository.work_queue import pace as pace_store
+from media_usage_worker.repository.work_queue import work_operator
 
 __all__ = [
     "MAX_IDS",
+    "CleanupCounts",
+    "Collection",
     "CollectionStatus",
     "Coverage",
+    "DanglingRead",
+    "DeclaredRules",
+    "DeletionPage",
+    "IndexTotals",
     "MediaUsage",
     "RestoreResult",
     "RetireRefusal",
     "RetireResult",
     "ScopeCoverage",
     "StatusOverview",
+    "Undelivered",
     "UnusedItem",
     "UnusedPage",
     "UsageCounts",
@@ -65,6 +90,8 @@ __all__ = [
 
 # Ids one ``usage_counts`` call answers; larger sets are asked for in several calls.
 MAX_IDS = 1000
+# Actions one audit page holds.
+MAX_AUDIT = 1000
 
 
 @dataclass(frozen=True)
@@ -188,3 +215,71 @@ class MediaUsage:
     def restore(self, media_ids: Sequence[str], *, actor: str = "python") -> RestoreResult:
         """Put retired items back into the library exactly as they were."""
         return cleanup.restore(self._engine, list(media_ids), actor=actor)
+
+    # --- what an operator looks at (docs/operations.md; the CLI, HTTP and the console) -----
+
+    def collections(self) -> list[Collection]:
+        """Every registered collection, by slug."""
+        return registry.list_collections(self._engine)
+
+    def collection(self, slug: str) -> Collection | None:
+        return registry.find_collection(self._engine, slug)
+
+    def fields(self, collection_id: str) -> list[FieldDefinition]:
+        """The fields a collection (or a source beyond content) is indexed with now."""
+        return registry.load_fields(self._engine, collection_id)
+
+    def sources(self) -> list[tuple[HostSource, str | None, list[str]]]:
+        """Every source beyond content, with its coverage status (``None``: no coverage row)
+        and the reference paths declared into it."""
+        return host_sources.list_with_coverage(self._engine)
+
+    def declared_rules(self) -> DeclaredRules:
+        """The reference paths and media URL prefixes the site declares."""
+        return rules.read_declared_rules(self._engine)
+
+    def indexed_totals(self) -> dict[str, IndexTotals]:
+        """Per scope: entries with a current source, and their current references."""
+        return status_store.index_totals(self._engine)
+
+    def work(
+        self,
+        collection_slug: str,
+        *,
+        state: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> Page | None:
+        """A newest-first page of one collection's work rows (``None``: no such collection)."""
+        return work_operator.find_operator_page(
+            self._engine, collection_slug=collection_slug, state=state, limit=limit, cursor=cursor
+        )
+
+    def deletions(
+        self, state: DeletionState | None = None, limit: int = 50, cursor: str | None = None
+    ) -> DeletionPage:
+        """Collection deletions in ``state`` (all when ``None``), newest change first."""
+        return deletion_store.page(self._engine, state, check.operator_limit(limit), cursor)
+
+    def dangling(self, limit: int) -> DanglingRead:
+        """References to media ids the library does not have (at most ``limit``), and how many
+        there are in all."""
+        return dangling(self._engine, check.operator_limit(limit))
+
+    def audit(self, limit: int) -> list[dict[str, Any]]:
+        """The clean-up's latest actions (who retired, restored, purged or forgot what), newest
+        first."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_AUDIT:
+            raise InvalidArgument(f"An audit page holds 1 to {MAX_AUDIT} actions.")
+        return audit_log.audit_page(self._engine, limit)
+
+    def undelivered(
+        self, limit: int, after: tuple[str, str] | None = None, *, parked: bool | None = False
+    ) -> list[Undelivered]:
+        """Purged files not yet handed to the host, oldest first (``parked``: only those no
+        longer tried; ``None``: all)."""
+        return purge_store.undelivered_page(self._engine, limit, after, parked=parked)
+
+    def cleanup_counts(self) -> CleanupCounts:
+        """The clean-up's gauges: quarantine, undelivered and parked files, audit actions."""
+        return cleanup_counts(self._engine)

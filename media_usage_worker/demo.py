@@ -20,15 +20,10 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
+from media_usage_worker.api import CollectionStatus, MediaUsage
 from media_usage_worker.domain.sample_content import sample_entries
 from media_usage_worker.pipeline.capture import activate, declare_source
-from media_usage_worker.repository.base.db import create_engine
-from media_usage_worker.repository.migration.migrate import upgrade
-from media_usage_worker.repository.reconciling.status import (
-    CollectionStatus,
-    index_totals,
-    overview,
-)
+from media_usage_worker.pipeline.database import create_engine, upgrade
 from media_usage_worker.sample_content import (
     create_sample_collections,
     create_sample_site,
@@ -171,8 +166,14 @@ def _wait(done: Callable[[], bool], deadline: float) -> bool:
     return done()
 
 
+def _scopes(engine: sa.Engine) -> list[CollectionStatus]:
+    """Every collection's and every source's coverage and work (``media-usage status``)."""
+    status = MediaUsage(engine).status()
+    return status.collections + status.sources
+
+
 def _all_complete(engine: sa.Engine) -> bool:
-    return _done(overview(engine)[2])
+    return _done(_scopes(engine))
 
 
 def _done(details: list[CollectionStatus]) -> bool:
@@ -190,8 +191,8 @@ class _Progress:
     shown: int = -1
 
     def report(self) -> bool:
-        """Print a line about once a second; ``True`` once all is done (one overview read)."""
-        _, _, details = overview(self.engine)
+        """Print a line about once a second; ``True`` once all is done (one status read)."""
+        details = _scopes(self.engine)
         left = sum(sum(d.work.values()) for d in details)
         leased = sum(d.work.get("leased", 0) for d in details)
         now = time.monotonic()
@@ -220,8 +221,8 @@ def _summary(
     finished: bool,
     slugs: list[str],
 ) -> DemoSummary:
-    _, _, details = overview(engine)
-    totals = index_totals(engine)
+    details = _scopes(engine)
+    totals = MediaUsage(engine).indexed_totals()
     return DemoSummary(
         entries_written=written,
         entries_indexed=sum(t.entries for slug, t in totals.items() if slug in slugs),

@@ -175,10 +175,10 @@ def restore_command(ids: tuple[str, ...], as_json: bool, database_url: str) -> N
 def dangling_command(limit: int, as_json: bool, database_url: str) -> None:
     """References to a media id no library item has (never existed, deleted by the host, or
     retired before a late write), with where each one is."""
-    from media_usage_worker.repository.quarantine.cleanup import dangling
+    from media_usage_worker.api import MediaUsage
 
     with open_engine(database_url) as engine:
-        found, total = dangling(engine, limit)
+        found, total = MediaUsage(engine).dangling(limit)
     shown = [reference.shown() for reference in found]
     if as_json:
         click.echo(json.dumps({"total": total, "references": shown}))
@@ -196,10 +196,10 @@ def dangling_command(limit: int, as_json: bool, database_url: str) -> None:
 @handle_errors
 def audit_command(limit: int, as_json: bool, database_url: str) -> None:
     """Who retired, restored or purged which items, and when; newest first."""
-    from media_usage_worker.repository.quarantine.cleanup import audit_page
+    from media_usage_worker.api import MediaUsage
 
     with open_engine(database_url) as engine:
-        entries = audit_page(engine, limit)
+        entries = MediaUsage(engine).audit(limit)
     if as_json:
         click.echo(json.dumps(entries))
         return
@@ -296,12 +296,12 @@ def _purge(database_url: str, days: int, dry_run: bool, as_json: bool) -> None:
 
 
 def _list_undelivered(database_url: str, as_json: bool) -> None:
-    from media_usage_worker.repository.quarantine.purge import undelivered_page
+    from media_usage_worker.api import MediaUsage
 
     with open_engine(database_url) as engine:
         found = []
         after = None
-        while page := undelivered_page(engine, 1000, after, parked=None):
+        while page := MediaUsage(engine).undelivered(1000, after, parked=None):
             found += page
             after = (page[-1].purged_at, page[-1].media_id)
     if as_json:
@@ -316,7 +316,7 @@ def _list_undelivered(database_url: str, as_json: bool) -> None:
 
 
 def _forget(database_url: str, key: str, as_json: bool) -> None:
-    from media_usage_worker.repository.quarantine.purge import forget_undelivered
+    from media_usage_worker.pipeline.purge import forget_undelivered
 
     if not key or "\x00" in key or len(key) > 4096:
         raise click.BadParameter("a storage key is 1 to 4096 characters", param_hint="--forget")

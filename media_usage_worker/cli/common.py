@@ -70,12 +70,12 @@ def open_engine(
     a database without this code's schema is refused with the command that fixes it, before
     any statement could fail on a missing table.
     """
-    from media_usage_worker.repository.base.db import (
+    from media_usage_worker.pipeline.database import (
         create_engine,
+        open_migrated,
         parse_database_url,
         refuse_missing_sqlite_file,
     )
-    from media_usage_worker.repository.migration.migrate import open_migrated
 
     if migrated:
         engine = open_migrated(database_url)

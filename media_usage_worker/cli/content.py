@@ -78,7 +78,7 @@ def collections_create(
 ) -> None:
     """Create a collection, its ec_<slug> table and its status row."""
     from media_usage_worker.domain.content_model import validate_collection_slug, validate_fields
-    from media_usage_worker.repository.registry import collections
+    from media_usage_worker.pipeline.registry import create_collection
 
     validate_collection_slug(slug)
     definitions = [_parse_field(spec) for spec in field_specs]
@@ -86,7 +86,7 @@ def collections_create(
         definitions += _parse_fields_json(fields_json)
     validate_fields(definitions)
     with open_engine(database_url) as engine:
-        collection = collections.create_collection(
+        collection = create_collection(
             engine, slug, label or slug.replace("_", " ").title(), definitions
         )
         click.echo(f"created collection {collection.slug} ({collection.id})")
@@ -98,19 +98,18 @@ def collections_create(
 @handle_errors
 def collections_list(as_json: bool, database_url: str) -> None:
     """List collections."""
-    from media_usage_worker.repository.registry import collections
+    from media_usage_worker.api import MediaUsage
 
     with open_engine(database_url) as engine:
+        index = MediaUsage(engine)
         rows: list[dict[str, Any]] = [
             {
                 "id": c.id,
                 "slug": c.slug,
                 "label": c.label,
-                "fields": [
-                    {"slug": f.slug, "type": f.type} for f in collections.load_fields(engine, c.id)
-                ],
+                "fields": [{"slug": f.slug, "type": f.type} for f in index.fields(c.id)],
             }
-            for c in collections.list_collections(engine)
+            for c in index.collections()
         ]
     if as_json:
         click.echo(json.dumps({"collections": rows}, indent=2))

@@ -24,7 +24,7 @@ def db() -> None:
 def db_upgrade(database_url: str, check: bool) -> None:
     """Apply every migration and adopt the media usage tables the database already has
     (idempotent): one line per table that gains columns or indexes."""
-    from media_usage_worker.repository.migration.migrate import (
+    from media_usage_worker.pipeline.database import (
         current_revision,
         upgrade,
         upgrade_plan,
@@ -50,7 +50,7 @@ def db_upgrade(database_url: str, check: bool) -> None:
 @handle_errors
 def db_downgrade(database_url: str, revision: str) -> None:
     """Revert migrations; refused while media usage state exists."""
-    from media_usage_worker.repository.migration.migrate import (
+    from media_usage_worker.pipeline.database import (
         check_revision,
         current_revision,
         downgrade,

@@ -72,14 +72,14 @@ def collections_deletions(
     state: str, limit: int, cursor: str | None, as_json: bool, database_url: str
 ) -> None:
     """Collection deletions by state, newest change first (default: the failed ones)."""
+    from media_usage_worker.api import MediaUsage
     from media_usage_worker.domain.cursor import decode_cursor, deletion_scope
     from media_usage_worker.domain.vocabulary import DeletionState
-    from media_usage_worker.repository.lifecycle.deletion import page
 
     wanted = None if state == "all" else DeletionState(state)
     decode_cursor(cursor, scope=deletion_scope(wanted))
     with open_engine(database_url) as engine:
-        found = page(engine, wanted, limit, cursor)
+        found = MediaUsage(engine).deletions(wanted, limit, cursor)
     if as_json:
         items = [t.shown() for t in found.items]
         click.echo(json.dumps({"deletions": items, "next_cursor": found.next_cursor}, indent=2))
@@ -103,7 +103,7 @@ def collections_deletions(
 def collections_retry_deletion(slug: str, database_url: str) -> None:
     """Make a failed, retrying or abandoned deletion due now."""
     from media_usage_worker.domain.content_model import validate_collection_slug
-    from media_usage_worker.repository.lifecycle.deletion import reopen
+    from media_usage_worker.pipeline.deletion import reopen
 
     validate_collection_slug(slug)
     with open_engine(database_url) as engine:

@@ -107,10 +107,10 @@ def rules_remove_url_prefix(prefix: str, database_url: str) -> None:
 @handle_errors
 def rules_list(as_json: bool, database_url: str) -> None:
     """List the declared rules."""
-    from media_usage_worker.repository.registry.rules import read_declared_rules
+    from media_usage_worker.api import MediaUsage
 
     with open_engine(database_url) as engine:
-        declared = read_declared_rules(engine)
+        declared = MediaUsage(engine).declared_rules()
     if as_json:
         paths = [{"collection": c, "path": p} for c, p in declared.reference_paths]
         payload = {"reference_paths": paths, "media_url_prefixes": declared.media_url_prefixes}

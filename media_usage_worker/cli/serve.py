@@ -32,7 +32,7 @@ def serve_command(host: str, port: int, access_log: bool, database_url: str) -> 
             "pip install -e '.[api]'"
         ) from None
     from media_usage_worker.http.settings import ApiSettings
-    from media_usage_worker.repository.base.db import create_engine, refuse_missing_sqlite_file
+    from media_usage_worker.pipeline.database import create_engine, refuse_missing_sqlite_file
 
     settings = ApiSettings.from_env()
     # As every command but db upgrade: a SQLite path with no file is refused, not created.

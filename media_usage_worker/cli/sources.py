@@ -100,10 +100,10 @@ def sources_remove(table_name: str, database_url: str) -> None:
 @handle_errors
 def sources_list(as_json: bool, database_url: str) -> None:
     """List every source beyond content with its coverage."""
-    from media_usage_worker.repository.registry.host_sources import list_with_coverage
+    from media_usage_worker.api import MediaUsage
 
     with open_engine(database_url) as engine:
-        listed = list_with_coverage(engine)
+        listed = MediaUsage(engine).sources()
     if as_json:
         payload = [
             {

@@ -31,15 +31,15 @@ def repair_command(slug: str, as_json: bool, database_url: str) -> None:
 
     Exits 1 when the result is not complete (a write raced the repair, or entries failed).
     """
+    from media_usage_worker.api import MediaUsage
     from media_usage_worker.domain.content_model import validate_collection_slug
     from media_usage_worker.pipeline.repair import repair_collection
-    from media_usage_worker.repository.registry import collections
 
     validate_collection_slug(slug)
     log_in_one_line()
     with open_engine(database_url) as engine:
         # Refused before the progress bar says it is repairing anything.
-        if collections.find_collection(engine, slug) is None:
+        if MediaUsage(engine).collection(slug) is None:
             raise Outcome(f"collection {slug!r} not found")
         bar = click.progressbar(length=1, label=f"repairing {slug}", file=sys.stderr)
         with bar:
@@ -92,18 +92,16 @@ def work_list(
     """List a collection's work, newest first (lease tokens are never shown)."""
     from dataclasses import asdict
 
+    from media_usage_worker.api import MediaUsage
     from media_usage_worker.domain.content_model import validate_collection_slug
     from media_usage_worker.domain.cursor import decode_cursor, work_scope
     from media_usage_worker.domain.validation import work_state
-    from media_usage_worker.repository.work_queue import work_operator
 
     validate_collection_slug(slug)
     # Reject a bad cursor, or one from another listing, before connecting.
     decode_cursor(cursor, scope=work_scope(slug, work_state(state)))
     with open_engine(database_url) as engine:
-        page = work_operator.find_operator_page(
-            engine, collection_slug=slug, state=state, limit=limit, cursor=cursor
-        )
+        page = MediaUsage(engine).work(slug, state=state, limit=limit, cursor=cursor)
     if page is None:
         raise Outcome(f"collection {slug!r} not found")
     if as_json:
@@ -156,11 +154,11 @@ def work_retry(
     """Make an entry's work pending now (failed, retrying or abandoned work, or none at all)."""
     from dataclasses import asdict
 
+    from media_usage_worker.api import MediaUsage
     from media_usage_worker.domain.content_model import validate_collection_slug
     from media_usage_worker.domain.validation import collection_ulid
     from media_usage_worker.domain.work import OperatorRetryResult
-    from media_usage_worker.repository.registry import collections
-    from media_usage_worker.repository.work_queue import work_operator
+    from media_usage_worker.pipeline import operator_retry
 
     if (slug is None) == (collection_id is None):
         raise click.UsageError("Give exactly one of --collection SLUG and --collection-id ID.")
@@ -171,18 +169,18 @@ def work_retry(
     checked_id(content_id, "--content-id")
     with open_engine(database_url) as engine:
         if slug is not None:
-            collection = collections.find_collection(engine, slug)
+            collection = MediaUsage(engine).collection(slug)
             if collection is None:
                 raise Outcome(f"collection {slug!r} not found")
             collection_id = collection.id
         assert collection_id is not None
         refusal = None
         if not force:
-            refusal = work_operator.retry_refusal(
+            refusal = operator_retry.retry_refusal(
                 engine, collection_id=collection_id, content_id=content_id
             )
         if refusal is None:
-            result = work_operator.retry_operator_work(
+            result = operator_retry.retry_operator_work(
                 engine, collection_id=collection_id, content_id=content_id
             )
         else:

@@ -12,13 +12,13 @@ from fastapi import APIRouter, Request
 from fastapi.params import Depends
 from starlette.concurrency import run_in_threadpool
 
+from media_usage_worker.api import MediaUsage
 from media_usage_worker.domain.cleanup import UnusedFilter
 from media_usage_worker.domain.errors import InvalidArgument
 from media_usage_worker.http.bodies import json_object, page_limit
 from media_usage_worker.http.errors import ApiError
 from media_usage_worker.http.settings import ApiSettings
 from media_usage_worker.pipeline import cleanup
-from media_usage_worker.repository.quarantine.cleanup import dangling
 from media_usage_worker.tasks.dispatch import send_purged_files
 
 ACTOR = "http"
@@ -69,7 +69,7 @@ def cleanup_read_routes(engine: sa.Engine, *, read: Sequence[Depends]) -> APIRou
     @router.get("/v1/dangling")
     def dangling_references(limit: str | None = None) -> dict[str, Any]:
         """References to a media id no library item has, with where each one is."""
-        found, total = dangling(engine, page_limit(limit) or 100)
+        found, total = MediaUsage(engine).dangling(page_limit(limit) or 100)
         return {"total": total, "references": [reference.shown() for reference in found]}
 
     return router

@@ -16,9 +16,8 @@ import sqlalchemy as sa
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from media_usage_worker.api import MediaUsage, StatusOverview
+from media_usage_worker.api import CleanupCounts, MediaUsage, StatusOverview
 from media_usage_worker.domain.vocabulary import CoverageStatus, WorkState
-from media_usage_worker.repository.quarantine.cleanup import CleanupCounts, cleanup_counts
 
 
 class IndexCollector(Collector):
@@ -44,7 +43,7 @@ class IndexCollector(Collector):
         up = GaugeMetricFamily("media_usage_up", "1 when the last read of the database worked.")
         try:
             overview = self._index.status()
-            counts = cleanup_counts(self._engine)
+            counts = self._index.cleanup_counts()
         except sa.exc.SQLAlchemyError:
             up.add_metric([], 0)
             return [up]

@@ -12,6 +12,7 @@ from fastapi.params import Depends
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
+from media_usage_worker.api import MediaUsage
 from media_usage_worker.domain import validation as check
 from media_usage_worker.domain.content_model import validate_collection_slug
 from media_usage_worker.domain.cursor import decode_cursor, deletion_scope, work_scope
@@ -21,11 +22,9 @@ from media_usage_worker.domain.work import OperatorRetryResult
 from media_usage_worker.http.bodies import json_object, page_limit
 from media_usage_worker.http.errors import ApiError
 from media_usage_worker.pipeline.deletion import delete_collection
+from media_usage_worker.pipeline.deletion import reopen as reopen_deletion
+from media_usage_worker.pipeline.operator_retry import retry_operator_work, retry_refusal
 from media_usage_worker.pipeline.registry import request_reindex
-from media_usage_worker.repository.lifecycle.deletion import page as deletion_page
-from media_usage_worker.repository.lifecycle.deletion import reopen as reopen_deletion
-from media_usage_worker.repository.registry import collections
-from media_usage_worker.repository.work_queue import work_operator
 from media_usage_worker.tasks.dispatch import reconcile_soon
 
 _RETRY_STATUS = {
@@ -52,9 +51,7 @@ def work_routes(engine: sa.Engine, *, operate: Sequence[Depends]) -> APIRouter:
             raise InvalidArgument("collection is required: the slug of the collection to list.")
         slug = validate_collection_slug(collection)
         decode_cursor(cursor, scope=work_scope(slug, check.work_state(state)))
-        page = work_operator.find_operator_page(
-            engine, collection_slug=slug, state=state, limit=page_limit(limit), cursor=cursor
-        )
+        page = MediaUsage(engine).work(slug, state=state, limit=page_limit(limit), cursor=cursor)
         if page is None:
             raise ApiError(404, "collection_not_found", f"No collection has slug {slug!r}.")
         items = [asdict(item) for item in page.items]
@@ -76,7 +73,7 @@ def work_routes(engine: sa.Engine, *, operate: Sequence[Depends]) -> APIRouter:
             raise InvalidArgument('"force" is true or false.')
         if "collection" in body:
             slug = validate_collection_slug(body["collection"])
-            found = collections.find_collection(engine, slug)
+            found = MediaUsage(engine).collection(slug)
             if found is None:
                 raise ApiError(404, "collection_not_found", f"No collection has slug {slug!r}.")
             collection_id = found.id
@@ -84,9 +81,7 @@ def work_routes(engine: sa.Engine, *, operate: Sequence[Depends]) -> APIRouter:
             collection_id = check.named_identifier('"collection_id"', body["collection_id"])
         refusal = None
         if not force:
-            refusal = work_operator.retry_refusal(
-                engine, collection_id=collection_id, content_id=content_id
-            )
+            refusal = retry_refusal(engine, collection_id=collection_id, content_id=content_id)
         if refusal == RetryOutcome.CONTENT_NOT_FOUND:
             raise ApiError(
                 404,
@@ -95,9 +90,7 @@ def work_routes(engine: sa.Engine, *, operate: Sequence[Depends]) -> APIRouter:
                 'Send "force": true to queue it anyway.',
             )
         if refusal is None:
-            result = work_operator.retry_operator_work(
-                engine, collection_id=collection_id, content_id=content_id
-            )
+            result = retry_operator_work(engine, collection_id=collection_id, content_id=content_id)
         else:
             result = OperatorRetryResult(refusal)
         if result.outcome != RetryOutcome.PENDING:
@@ -170,7 +163,7 @@ def collection_routes(engine: sa.Engine, *, operate: Sequence[Depends]) -> APIRo
         """Collection deletions by state (default ``failed``; ``all``), newest change first."""
         wanted = check.deletion_state(state)
         decode_cursor(cursor, scope=deletion_scope(wanted))
-        found = deletion_page(engine, wanted, page_limit(limit) or 50, cursor)
+        found = MediaUsage(engine).deletions(wanted, page_limit(limit) or 50, cursor)
         return {"deletions": [t.shown() for t in found.items], "next_cursor": found.next_cursor}
 
     @router.post("/v1/deletions/retry")

@@ -14,10 +14,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 from media_usage_worker.http.metrics import IndexCollector
 from media_usage_worker.http.probe import READY_TIMEOUT_SECONDS, SharedProbe
-from media_usage_worker.repository.base.db import read_transaction
-from media_usage_worker.repository.lifecycle.activation import is_activation_active
-from media_usage_worker.repository.migration.migrate import UNREADABLE, schema_problem
-from media_usage_worker.repository.registry.host_sources import built_in_gaps
+from media_usage_worker.pipeline.database import UNREADABLE, readiness
 
 log = logging.getLogger(__name__)
 
@@ -36,30 +33,27 @@ def probe_routes(
         """The process is up (no database access)."""
         return {"status": "ok"}
 
-    def readiness() -> dict[str, Any]:
-        problem = schema_problem(engine)
+    def ready() -> dict[str, Any]:
+        found = readiness(engine)
+        problem = found.problem
         if problem is not None and problem.startswith(UNREADABLE):
             # The driver's text names the database's host and port: the log gets it, an
             # unauthenticated caller only what to look at.
             log.warning("not ready: %s", problem)
             problem = f"{UNREADABLE} (the API server's log has the reason)"
-        capture = None
-        not_indexed: list[dict[str, str]] = []
-        if problem is None:
-            with read_transaction(engine) as conn:
-                capture = "active" if is_activation_active(conn) else "inactive"
-                gaps = built_in_gaps(conn)
+        active = found.capture_active
+        return {
+            "ready": found.ready,
+            "problem": problem,
+            "capture": None if active is None else ("active" if active else "inactive"),
             # Ready to answer still (every answer says coverage is not complete), but an
             # operator must act: a built-in source whose table is not as it reads is not indexed.
-            not_indexed = [{"source": s.label, "reason": why} for s, why in gaps.items()]
-        return {
-            "ready": problem is None,
-            "problem": problem,
-            "capture": capture,
-            "sources_not_indexed": not_indexed,
+            "sources_not_indexed": [
+                {"source": label, "reason": why} for label, why in found.sources_not_indexed
+            ],
         }
 
-    probe = SharedProbe(readiness, READY_TIMEOUT_SECONDS)
+    probe = SharedProbe(ready, READY_TIMEOUT_SECONDS)
 
     @router.get("/readyz")
     async def readyz() -> JSONResponse:

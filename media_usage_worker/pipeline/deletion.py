@@ -176,3 +176,10 @@ class DeletionProcessor:
             if time.monotonic() >= deadline:
                 store.release(self.engine, current)
                 return DeletionReport(current.collection_slug, steps, current.phase, False)
+
+
+def reopen(engine: Engine, slug: str) -> Tombstone | None:
+    """A failed deletion of ``slug`` made due again (its attempts start over); ``None`` when
+    there is none, or it is pending or running now."""
+    validate_collection_slug(slug)
+    return store.reopen(engine, slug)

@@ -246,3 +246,9 @@ def _delete_file(directory: Path, key: str) -> tuple[str | None, bool]:
     except OSError as exc:
         return f"{type(exc).__name__}: {exc}"[:300], False
     return None, False
+
+
+def forget_undelivered(engine: Engine, storage_key: str, actor: str) -> list[str]:
+    """Stop trying to hand one purged file to the host (its key); the media ids it was of,
+    audited. The host deletes the file itself, or keeps it."""
+    return store.forget_undelivered(engine, storage_key, actor)

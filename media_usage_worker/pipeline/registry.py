@@ -1,5 +1,5 @@
-"""Changes to what the index covers and how (docs/design.md §5, "Rules"): declared reference
-paths and media URL prefixes, and an operator's request to re-index a scope.
+"""Changes to what the index covers and how (docs/design.md §5, "Rules"): new collections,
+declared reference paths and media URL prefixes, and an operator's request to re-index a scope.
 
 Each change is one transaction: it stores what changed, counts a new rules revision for the
 scopes it touches and takes their coverage out of ``complete`` (their epoch moves, so a run in
@@ -23,6 +23,7 @@ from media_usage_worker.domain.vocabulary import ErrorCode
 from media_usage_worker.repository.base.db import Bind, transaction
 from media_usage_worker.repository.lifecycle.activation import is_activation_active
 from media_usage_worker.repository.registry import collections, rules
+from media_usage_worker.repository.registry.collections import create_collection
 from media_usage_worker.repository.registry.host_sources import list_sources
 
 if TYPE_CHECKING:
@@ -30,6 +31,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "add_media_url_prefix",
+    # One transaction of the data layer's (registry rows, content table, status row, triggers).
+    "create_collection",
     "declare_reference_path",
     "remove_media_url_prefix",
     "remove_reference_path",

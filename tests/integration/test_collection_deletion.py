@@ -410,7 +410,7 @@ def test_a_rules_change_holding_the_collection_makes_the_registry_step_wait(
     deletions.release(db, fenced)
 
     read, proceed = threading.Event(), threading.Event()
-    real = rules._rules_changed
+    real = rules.count_rules_change
 
     def after_reading(conn, changed):
         read.set()  # the collection list is read (and held); the rows are not written yet
@@ -418,7 +418,7 @@ def test_a_rules_change_holding_the_collection_makes_the_registry_step_wait(
         real(conn, changed)
 
     steps: list[object] = []
-    with unittest.mock.patch.object(rules, "_rules_changed", after_reading):
+    with unittest.mock.patch.object(rules, "count_rules_change", after_reading):
         change = threading.Thread(
             target=lambda: rules.add_media_url_prefix(db, "https://cdn.example.com/m/")
         )
