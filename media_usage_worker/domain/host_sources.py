@@ -13,6 +13,7 @@ Pure: what a source is and how its identity reads; ``repository.host_sources`` s
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
@@ -157,26 +158,68 @@ class ScopeTable:
     key_column: str
 
 
+@dataclass(frozen=True)
+class Scope:
+    """What coverage, work and the index are kept per: a content collection, or a source
+    beyond content. Parsed once from the scope key the tables store (a collection's slug, or
+    a source's ``kind:table:key_column``). A source's ``table`` and ``key_column`` are checked
+    identifiers, safe to become SQL; a collection's table is ``ec_<slug>``, and its slug is
+    checked where it becomes SQL (``repository.registry.content_tables``)."""
+
+    key: str
+    kind: SourceKind
+    table: str
+    key_column: str
+
+    @staticmethod
+    def of(key: str) -> Scope:
+        return _parsed_scope(key)
+
+    @property
+    def is_content(self) -> bool:
+        return self.kind == SourceKind.CONTENT
+
+    @property
+    def label(self) -> str:
+        """The kind of a use in this scope as a reader sees it: ``content``, ``settings``,
+        ``user``, ``byline`` or ``table:<name>``."""
+        return _label(self.kind, self.table)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parsed_scope(key: str) -> Scope:
+    if ":" not in key:
+        return Scope(key, SourceKind.CONTENT, f"ec_{key}", "id")
+    parts = key.split(":")
+    if len(parts) != 3:
+        raise InvalidSource(f"{key!r} is not a source's scope key.")
+    kind, table, key_column = parts
+    try:
+        source_kind = SourceKind(kind)
+    except ValueError:
+        raise InvalidSource(f"{key!r} names no known source kind.") from None
+    if source_kind == SourceKind.CONTENT:
+        raise InvalidSource(f"{key!r}: a content collection's scope key is its slug.")
+    return Scope(
+        key,
+        source_kind,
+        checked_identifier(table, "Table"),
+        checked_identifier(key_column, "Key column"),
+    )
+
+
 def is_source_scope(slug: str) -> bool:
-    """Whether a scope key (a collection's slug otherwise) names a source beyond content."""
+    """Whether a scope key names a source beyond content (``Scope.of(slug).is_content``
+    without checking the rest)."""
     return ":" in slug
 
 
 def scope_table(slug: str) -> ScopeTable:
     """The table a source's scope key names, its identifiers checked (they become SQL)."""
-    parts = slug.split(":")
-    if len(parts) != 3:
+    scope = Scope.of(slug)
+    if scope.is_content:
         raise InvalidSource(f"{slug!r} is not a source's scope key.")
-    kind, table, key = parts
-    try:
-        source_kind = SourceKind(kind)
-    except ValueError:
-        raise InvalidSource(f"{slug!r} names no known source kind.") from None
-    return ScopeTable(
-        source_kind,
-        checked_identifier(table, "Table"),
-        checked_identifier(key, "Key column"),
-    )
+    return ScopeTable(scope.kind, scope.table, scope.key_column)
 
 
 def checked_kind(value: object) -> str:
@@ -195,10 +238,7 @@ def checked_kind(value: object) -> str:
 
 def kind_label(slug: str) -> str:
     """The kind of a use whose source has this scope key: ``content`` for a collection's."""
-    if not is_source_scope(slug):
-        return SourceKind.CONTENT.value
-    named = scope_table(slug)
-    return _label(named.kind, named.table)
+    return Scope.of(slug).label
 
 
 def _label(kind: SourceKind, table: str) -> str:

@@ -14,7 +14,7 @@ import logging
 import random
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from media_usage_worker.domain import policy
@@ -268,7 +268,7 @@ class BatchRun:
         self._working_on = None
         if code is not None:
             return self._failed_refresh(conn, record, code)
-        if work.complete_work(conn, **asdict(lease)):
+        if work.complete_lease(conn, lease):
             return result(record, Outcome.COMPLETED)
         return result(record, Outcome.SUPERSEDED)
 
@@ -284,7 +284,7 @@ class BatchRun:
 
     @staticmethod
     def _obsolete(bind: Bind, record: WorkRecord) -> ProcessResult:
-        done = work.complete_work(bind, **asdict(claimed_lease(record)))
+        done = work.complete_lease(bind, claimed_lease(record))
         return result(record, Outcome.OBSOLETE if done else Outcome.SUPERSEDED)
 
     def _settle(self, bind: Bind, record: WorkRecord, code: ErrorCode) -> ProcessResult:
@@ -306,7 +306,7 @@ class BatchRun:
     @staticmethod
     def _release(bind: Bind, record: WorkRecord) -> ProcessResult:
         """A batch-mate of the entry that ran out of time: its lease goes back uncharged."""
-        if work.release_work(bind, **asdict(claimed_lease(record))):
+        if work.release_lease(bind, claimed_lease(record)):
             return result(record, Outcome.RETRY)
         return result(record, Outcome.SUPERSEDED)
 

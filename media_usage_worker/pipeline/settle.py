@@ -56,17 +56,13 @@ def entry_outcome(
 
 class Transitions(Protocol):
     """The fenced transitions ``settle`` needs, each ``True`` only while the lease held: the
-    module ``repository.work_processing``, or a fake."""
+    module ``repository.work_queue.work_processing``, or a fake."""
 
-    def fail_work(
-        self, bind: Bind, /, *, collection_id: str, content_id: str, work_version: int | str,
-        lease_token: str, error_code: str,
-    ) -> bool: ...  # fmt: skip
+    def fail_lease(self, bind: Bind, lease: Lease, /, *, error_code: str) -> bool: ...
 
-    def retry_work(
-        self, bind: Bind, /, *, collection_id: str, content_id: str, work_version: int | str,
-        lease_token: str, retry_delay_seconds: int, error_code: str,
-    ) -> bool: ...  # fmt: skip
+    def retry_lease(
+        self, bind: Bind, lease: Lease, /, *, retry_delay_seconds: int, error_code: str
+    ) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -93,12 +89,12 @@ def settle(
     coverage row). A lease lost meanwhile changes nothing: the item is ``superseded``."""
     lease = claimed_lease(record)
     if policy.is_terminal(code, record.attempt_count):
-        if not work.fail_work(bind, **asdict(lease), error_code=code):
+        if not work.fail_lease(bind, lease, error_code=code):
             return Settled(result(record, Outcome.SUPERSEDED, code))
         on_failed(record, code)
         return Settled(result(record, Outcome.FAILED, code))
     delay = policy.retry_delay_seconds(record.attempt_count, rand)
-    if work.retry_work(bind, **asdict(lease), retry_delay_seconds=delay, error_code=code):
+    if work.retry_lease(bind, lease, retry_delay_seconds=delay, error_code=code):
         return Settled(result(record, Outcome.RETRY, code), delay)
     return Settled(result(record, Outcome.SUPERSEDED, code))
 

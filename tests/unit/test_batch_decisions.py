@@ -3,12 +3,12 @@ for the repository's two fenced transitions."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 
 import pytest
 
 from media_usage_worker.domain.vocabulary import ErrorCode, Outcome, WorkState
-from media_usage_worker.domain.work import Item, WorkRecord
+from media_usage_worker.domain.work import Item, Lease, WorkRecord
 from media_usage_worker.pipeline.settle import (
     EntryOutcome,
     entry_outcome,
@@ -47,15 +47,15 @@ class FakeWork:
     def _holds(self, work_version: int, lease_token: str) -> bool:
         return lease_token == self.token and work_version == self.version
 
-    def fail_work(self, bind: object, /, **kwargs: object) -> bool:
+    def fail_lease(self, bind: object, lease: Lease, /, **kwargs: object) -> bool:
         assert bind is BIND
-        self.calls.append(("fail", kwargs))
-        return self._holds(kwargs["work_version"], kwargs["lease_token"])  # type: ignore[arg-type]
+        self.calls.append(("fail", {**asdict(lease), **kwargs}))
+        return self._holds(lease.work_version, lease.lease_token)
 
-    def retry_work(self, bind: object, /, **kwargs: object) -> bool:
+    def retry_lease(self, bind: object, lease: Lease, /, **kwargs: object) -> bool:
         assert bind is BIND
-        self.calls.append(("retry", kwargs))
-        return self._holds(kwargs["work_version"], kwargs["lease_token"])  # type: ignore[arg-type]
+        self.calls.append(("retry", {**asdict(lease), **kwargs}))
+        return self._holds(lease.work_version, lease.lease_token)
 
 
 def _settle(work: FakeWork, record: WorkRecord, code: ErrorCode) -> tuple[object, list[object]]:

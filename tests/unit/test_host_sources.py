@@ -147,3 +147,21 @@ def test_a_built_in_source_is_read_only_over_a_table_in_its_shape() -> None:
     moved = built_in_gap(user, {"id", "avatar_url"}, both)
     assert moved is not None and "now avatar_url" in moved
     assert built_in_gap(user, {"id", "avatar_url"}, None) is not None  # not registered yet
+
+
+def test_a_scope_key_is_parsed_once_into_a_scope() -> None:
+    from media_usage_worker.domain.host_sources import Scope
+
+    posts = Scope.of("posts")
+    assert (posts.is_content, posts.label, posts.table, posts.key_column) == (
+        True, "content", "ec_posts", "id",
+    )  # fmt: skip
+    menus = Scope.of("table:menus:menu_id")
+    assert (menus.is_content, menus.kind, menus.label) == (False, SourceKind.TABLE, "table:menus")
+    assert (menus.table, menus.key_column) == ("menus", "menu_id")
+    assert Scope.of("table:menus:menu_id") is menus  # parsed once, then remembered
+    assert [Scope.of(b.scope_key).label for b in BUILT_IN] == ["settings", "user", "byline"]
+    for bad in ("table:menus", "nothing:menus:id", "content:posts:id", "table:Menus:id",
+                "table:menus:id; drop"):  # fmt: skip
+        with pytest.raises(InvalidSource):
+            Scope.of(bad)

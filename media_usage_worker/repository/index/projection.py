@@ -30,7 +30,7 @@ from media_usage_worker.repository.registry.content_tables import scope_columns
 from media_usage_worker.repository.registry.field_registry import load_fields
 from media_usage_worker.repository.registry.rules import read_media_url_prefixes
 
-s = sources.c
+_s = sources.c
 SYSTEM_COLUMNS = (
     "id", "slug", "status", "created_at", "updated_at", "published_at", "scheduled_at",
     "deleted_at", "version", "live_revision_id", "draft_revision_id", "locale",
@@ -150,7 +150,7 @@ def _observed_sources(
 def _observed_sources_statement(dialect: str) -> sa.Select[Any]:
     # The keys as a row set: one statement text for any number of entries (an IN list of
     # bound values is a new text, planned anew, for every length).
-    return sa.select(sources).where(_KEYS.contains(dialect, s.source_key, "source_key"))
+    return sa.select(sources).where(_KEYS.contains(dialect, _s.source_key, "source_key"))
 
 
 def media_ids_by_storage_keys(bind: Bind, storage_keys: Collection[str]) -> dict[str, str]:

@@ -16,14 +16,13 @@ whose guard lost is simply not returned; its entry is reported as not held.
 from __future__ import annotations
 
 import functools
-import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import astuple, dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 
-from media_usage_worker.domain.host_sources import is_source_scope
+from media_usage_worker.domain.host_sources import Scope
 from media_usage_worker.domain.refresh_plan import MATCH_COLUMNS, REVISION_COLUMN, EntryWrite
 from media_usage_worker.domain.snapshots import Snapshot
 from media_usage_worker.domain.work import Lease
@@ -45,12 +44,18 @@ from media_usage_worker.repository.base.schema import (
     work,
 )
 from media_usage_worker.repository.base.upsert import insert_factory_for
-from media_usage_worker.repository.quarantine.cleanup import restore_used
+from media_usage_worker.repository.quarantine.cleanup import restore_retired_in_use
 from media_usage_worker.repository.registry.content_tables import scope_columns
 
-__all__ = ["EntryWrite", "apply_writes", "write_entries", "write_entry"]
-log = logging.getLogger(__name__)
-s = sources.c
+__all__ = [
+    "EntryWrite",
+    "IndexedWrites",
+    "apply_writes",
+    "index_writes",
+    "write_entries",
+    "write_entry",
+]
+_s = sources.c
 _LEASE_COLUMNS = (
     ("l_collection_id", sa.Text()),
     ("l_content_id", sa.Text()),
@@ -58,7 +63,7 @@ _LEASE_COLUMNS = (
     ("l_lease_token", sa.Text()),
 )
 _LEASES = RowSet("leases", _LEASE_COLUMNS)
-_MATCHED = (("m_source_key", sa.Text()), *((f"m_{n}", s[n].type) for n in MATCH_COLUMNS))
+_MATCHED = (("m_source_key", sa.Text()), *((f"m_{n}", _s[n].type) for n in MATCH_COLUMNS))
 _KEPT = RowSet(
     "kept", (*_MATCHED, ("g_collection_id", sa.Text()), ("g_collection_slug", sa.Text()))
 )
@@ -86,8 +91,26 @@ class _Promotion:
     replaced: tuple[str, str] | None  # the source key and generation it replaces
 
 
+class IndexedWrites(NamedTuple):
+    """What ``index_writes`` did: per write, whether all of it held; and the media ids the
+    occurrences it inserted name (uses that may have begun just now)."""
+
+    held: list[bool]
+    used: list[str]
+
+
 def apply_writes(conn: sa.Connection, writes: Sequence[EntryWrite]) -> list[bool]:
-    """Apply each write inside the caller's transaction; per write, whether all of it held.
+    """The two steps of a batch's transaction (the caller's), in order: the index rows
+    (``index_writes``), then every retired item a write uses again back into the library
+    (``restore_retired_in_use``: the use began after its retirement, docs/design.md §13).
+    Per write, whether all of it held."""
+    indexed = index_writes(conn, writes)
+    restore_retired_in_use(conn, indexed.used)
+    return indexed.held
+
+
+def index_writes(conn: sa.Connection, writes: Sequence[EntryWrite]) -> IndexedWrites:
+    """Write each entry's index rows inside the caller's transaction.
 
     First every kept source is checked in one statement; a write whose check lost is left
     alone. Then the others' sources are promoted, one statement per shape. A source's new
@@ -98,7 +121,7 @@ def apply_writes(conn: sa.Connection, writes: Sequence[EntryWrite]) -> list[bool
     """
     now = _lock_collections(conn, writes)
     if now is None:
-        return [False] * len(writes)
+        return IndexedWrites([False] * len(writes), [])
     leased = _hold_leases(conn, writes)
     held = [lease and keep for lease, keep in zip(leased, _keeps_hold(conn, writes), strict=True)]
     promotions, unpromotable = _promotions(conn.dialect.name, writes, held, now)
@@ -116,15 +139,6 @@ def apply_writes(conn: sa.Connection, writes: Sequence[EntryWrite]) -> list[bool
     if occurrence_rows:
         statement = _insert_occurrences_statement(conn.dialect.name)
         conn.execute(statement, _OCCURRENCES.bind(occurrence_rows))
-        # A retired item a write uses again goes back into the library, in this transaction:
-        # the use began after its retirement (docs/design.md §13).
-        restored = restore_used(conn, [row[_MEDIA_ID] for row in occurrence_rows if row[_MEDIA_ID]])
-        if restored:
-            log.warning(
-                "media usage restored %d retired item(s) a write uses again: %s",
-                len(restored), ", ".join(restored[:20]),
-                extra={"media_usage": {"event": "media_usage.restored", "media_ids": restored}},
-            )  # fmt: skip
     if replaced:
         conn.execute(_delete_generations_statement(conn.dialect.name), _REPLACED.bind(replaced))
     for index, write in enumerate(writes):
@@ -133,7 +147,7 @@ def apply_writes(conn: sa.Connection, writes: Sequence[EntryWrite]) -> list[bool
                 _remove(conn, source, content_absent=write.content_absent, lease=write.lease)
                 for source in write.remove
             )
-    return held
+    return IndexedWrites(held, [row[_MEDIA_ID] for row in occurrence_rows if row[_MEDIA_ID]])
 
 
 def write_entry(bind: Bind, write: EntryWrite) -> bool:
@@ -163,7 +177,7 @@ def _lock_collections(conn: sa.Connection, writes: Sequence[EntryWrite]) -> str 
     now = None
     for collection_id, slug in sorted(identities):
         # A source beyond content is registered (and removed) in its own registry.
-        if is_source_scope(slug):
+        if not Scope.of(slug).is_content:
             registry = host_sources.c
             identity = [registry.collection_id == collection_id, registry.scope_key == slug]
         else:
@@ -258,7 +272,7 @@ def _promotions(
             source = snapshot.source
             key = source["source_key"]
             unversioned = source["source_version"] is None or source["source_updated_at"] is None
-            if unversioned and not is_source_scope(source["collection_slug"]):
+            if unversioned and Scope.of(source["collection_slug"]).is_content:
                 unpromotable.append(index)
                 continue
             if key in keys:
@@ -324,7 +338,7 @@ def _promote_statement(
     dialect: str, names: tuple[str, ...], slug: str, revision_column: str, insert: bool,
     fenced: bool,
 ) -> tuple[RowSet, Any]:  # fmt: skip
-    columns = [(f"v_{n}", s[n].type) for n in names]
+    columns = [(f"v_{n}", _s[n].type) for n in names]
     if not insert:
         columns += _MATCHED
     if fenced:
@@ -332,7 +346,7 @@ def _promote_statement(
     row_set = RowSet("promoted", tuple(columns))
     v = row_set.table(dialect).c
     content = scope_columns(slug, ["id", "version", "updated_at", revision_column])
-    if is_source_scope(slug):
+    if not Scope.of(slug).is_content:
         # A source's table has no version to compare: its row is still there, and (below)
         # the lease that every write to the row takes away still holds. Unleased, nothing
         # could tell a stale read, so nothing is written.
@@ -358,19 +372,19 @@ def _promote_statement(
         statement = (
             insert_factory_for(dialect)(sources)
             .from_select(list(names), select)
-            .on_conflict_do_nothing(index_elements=[s.source_key])
-            .returning(s.source_key)
+            .on_conflict_do_nothing(index_elements=[_s.source_key])
+            .returning(_s.source_key)
         )
         return row_set, statement
     # The source row is still exactly as it was read.
-    matches = [s.source_key == v.m_source_key] + [
-        s[n].is_not_distinct_from(v[f"m_{n}"]) for n in MATCH_COLUMNS
+    matches = [_s.source_key == v.m_source_key] + [
+        _s[n].is_not_distinct_from(v[f"m_{n}"]) for n in MATCH_COLUMNS
     ]
     statement = (
         sources.update()
         .where(*matches, *guards)
         .values({n: v[f"v_{n}"] for n in names})
-        .returning(s.source_key)
+        .returning(_s.source_key)
     )
     return row_set, statement
 
@@ -379,10 +393,10 @@ def _promote_statement(
 def _keep_statement(dialect: str) -> sa.Select[Any]:
     # The kept sources still exactly as read, in a collection still registered as read.
     k = _KEPT.table(dialect).c
-    matches = [s.source_key == k.m_source_key] + [
-        s[n].is_not_distinct_from(k[f"m_{n}"]) for n in MATCH_COLUMNS
+    matches = [_s.source_key == k.m_source_key] + [
+        _s[n].is_not_distinct_from(k[f"m_{n}"]) for n in MATCH_COLUMNS
     ]
-    return sa.select(s.source_key).where(
+    return sa.select(_s.source_key).where(
         *matches, registered(k.g_collection_id, k.g_collection_slug)
     )
 
@@ -432,14 +446,14 @@ def _remove(
     """Remove a vanished source (and its occurrences) if it is still as observed."""
     guards = [
         *([] if lease is None else [lease_held(lease)]),
-        s.source_key == observed["source_key"],
-        *(s[n].is_not_distinct_from(observed[n]) for n in MATCH_COLUMNS),
+        _s.source_key == observed["source_key"],
+        *(_s[n].is_not_distinct_from(observed[n]) for n in MATCH_COLUMNS),
         registered(observed["collection_id"], observed["collection_slug"]),
     ]
     if content_absent:
         content = scope_columns(observed["collection_slug"], ["id"])
         guards.append(~sa.exists(sa.select(1).where(content.c.id == observed["content_id"])))
-    deleted = conn.execute(sources.delete().where(*guards).returning(s.source_key)).first()
+    deleted = conn.execute(sources.delete().where(*guards).returning(_s.source_key)).first()
     if deleted is None:
         return False
     conn.execute(occurrences.delete().where(occurrences.c.source_key == observed["source_key"]))

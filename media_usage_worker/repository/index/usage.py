@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from media_usage_worker.domain import coverage as coverage_rules
 from media_usage_worker.domain import validation as check
 from media_usage_worker.domain.cursor import SLUG_ORDER, decode_cursor, encode_cursor, usage_scope
-from media_usage_worker.domain.host_sources import kind_label
+from media_usage_worker.domain.host_sources import Scope
 from media_usage_worker.domain.rules import RulesState
 from media_usage_worker.domain.vocabulary import CoverageStatus
 from media_usage_worker.repository.base.db import read_transaction
@@ -28,8 +28,8 @@ from media_usage_worker.repository.lifecycle.activation import is_activation_act
 from media_usage_worker.repository.registry.host_sources import SCOPES, built_in_gaps
 from media_usage_worker.repository.registry.rules import read_rules_states
 
-s = sources.c
-u = occurrences.c
+_s = sources.c
+_o = occurrences.c
 c = SCOPES.c
 VARIANTS = ("columns", "draft_overlay")
 
@@ -111,7 +111,7 @@ def read_coverage(conn: sa.Connection) -> Coverage:
         scope = coverage_rules.scope_status(status, required, schema_version, rules.current)
         reason = gaps.pop(slug)[1] if slug in gaps else None
         scope = coverage_rules.with_gap(scope, reason)
-        scopes.append(ScopeCoverage(slug, scope, rules.indexed_under, kind_label(slug), reason))
+        scopes.append(ScopeCoverage(slug, scope, rules.indexed_under, Scope.of(slug).label, reason))
     for shape, reason in gaps.values():
         scopes.append(
             ScopeCoverage(shape.scope_key, CoverageStatus.NEVER, None, shape.label, reason)
@@ -136,30 +136,30 @@ def _current_eligible(active: bool) -> tuple[sa.FromClause, list[sa.ColumnElemen
     """Sources joined to their current generation, filtered as §17.2 says."""
     draft = sources.alias("draft")
     joined = sources.join(
-        occurrences, sa.and_(u.source_key == s.source_key, u.generation == s.current_generation)
-    ).join(SCOPES, c.slug == s.collection_slug)
+        occurrences, sa.and_(_o.source_key == _s.source_key, _o.generation == _s.current_generation)
+    ).join(SCOPES, c.slug == _s.collection_slug)
     where = [
         # Filters on the source a media id's occurrence leads to, never a way in: wrapped, no
         # index can serve them, so every read of this join starts from the occurrences of the
         # media id (one seek) and reaches each source by its key. Bare, a planner without
         # statistics (SQLite before its first ANALYZE) walked every content source instead.
-        _not_indexed(s.source_type) == "content",
-        s.collection_slug.isnot(None),
-        s.content_id.isnot(None),
-        _not_indexed(s.source_variant).in_(VARIANTS),
-        _identity(s, c.id, active),
+        _not_indexed(_s.source_type) == "content",
+        _s.collection_slug.isnot(None),
+        _s.content_id.isnot(None),
+        _not_indexed(_s.source_variant).in_(VARIANTS),
+        _identity(_s, c.id, active),
         # A collection being deleted stops counting the moment its tombstone is written.
         ~being_deleted(c.id),
         sa.or_(
-            s.source_variant == "draft_overlay",
-            s.content_status == "published",
+            _s.source_variant == "draft_overlay",
+            _s.content_status == "published",
             ~sa.exists(
                 sa.select(1).where(
                     draft.c.source_type == "content",
-                    draft.c.collection_slug == s.collection_slug,
-                    draft.c.content_id == s.content_id,
+                    draft.c.collection_slug == _s.collection_slug,
+                    draft.c.content_id == _s.content_id,
                     draft.c.source_variant == "draft_overlay",
-                    _identity(draft.c, s.collection_id, active),
+                    _identity(draft.c, _s.collection_id, active),
                 )
             ),
         ),
@@ -179,20 +179,20 @@ def _counts_statement(active: bool) -> sa.Select[Any]:
     trashed = sources.alias("trashed")
     joined, where = _current_eligible(active)
     entries = (
-        sa.select(u.media_id, s.collection_slug, s.content_id)
+        sa.select(_o.media_id, _s.collection_slug, _s.content_id)
         .distinct()
         .select_from(joined)
         .where(
             *where,
-            u.media_id.in_(sa.bindparam("media_ids", expanding=True)),
+            _o.media_id.in_(sa.bindparam("media_ids", expanding=True)),
             ~sa.exists(
                 sa.select(1).where(
                     # source_type first: with it the three columns of the sources' content
                     # index are all equalities, so the planner seeks that index with or
                     # without statistics (without, SQLite searched the locale index).
                     trashed.c.source_type == "content",
-                    trashed.c.collection_slug == s.collection_slug,
-                    trashed.c.content_id == s.content_id,
+                    trashed.c.collection_slug == _s.collection_slug,
+                    trashed.c.content_id == _s.content_id,
                     trashed.c.content_deleted_at.isnot(None),
                     _identity(trashed.c, c.id, active),
                 )
@@ -234,16 +234,16 @@ def usage_page(
         active = is_activation_active(conn)
         joined, where = _current_eligible(active)
         groups_query = (
-            sa.select(c.id, s.collection_slug, s.content_id)
+            sa.select(c.id, _s.collection_slug, _s.content_id)
             .distinct()
             .select_from(joined)
-            .where(*where, u.media_id == media_id)
-            .order_by(s.collection_slug, s.content_id)
+            .where(*where, _o.media_id == media_id)
+            .order_by(_s.collection_slug, _s.content_id)
             .limit(page_limit + 1)
         )
         if position is not None:
             groups_query = groups_query.where(
-                sa.tuple_(s.collection_slug, s.content_id)
+                sa.tuple_(_s.collection_slug, _s.content_id)
                 > sa.tuple_(sa.literal(position.order_value), sa.literal(position.id))
             )
         groups = conn.execute(groups_query).all()
@@ -270,22 +270,22 @@ def _entry(
     all_sources = conn.execute(
         sa.select(sources).where(
             # The three columns of the sources' content index: a seek, statistics or not.
-            s.source_type == "content",
-            s.collection_slug == slug,
-            s.content_id == content_id,
-            _identity(s, collection_id, active),
+            _s.source_type == "content",
+            _s.collection_slug == slug,
+            _s.content_id == content_id,
+            _identity(_s, collection_id, active),
         )
     ).all()
     by_variant = {row.source_variant: row for row in all_sources}
     preferred = by_variant.get("draft_overlay") or by_variant.get("columns")
     deleted = max((r.content_deleted_at for r in all_sources if r.content_deleted_at), default=None)
     rows = conn.execute(
-        sa.select(s.source_variant, s.source_key, u.field_slug, u.field_path, u.occurrence_index,
-                  u.reference_type)
+        sa.select(_s.source_variant, _s.source_key, _o.field_slug, _o.field_path,
+                  _o.occurrence_index, _o.reference_type)
         .select_from(joined)
-        .where(*where, u.media_id == media_id, s.collection_slug == slug,
-               s.content_id == content_id, c.id == collection_id)
-        .order_by(s.source_variant, s.source_key, u.field_path, u.occurrence_index, u.id)
+        .where(*where, _o.media_id == media_id, _s.collection_slug == slug,
+               _s.content_id == content_id, c.id == collection_id)
+        .order_by(_s.source_variant, _s.source_key, _o.field_path, _o.occurrence_index, _o.id)
     ).all()  # fmt: skip
     grouped: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
@@ -307,7 +307,7 @@ def _entry(
         scheduled_at=preferred.content_scheduled_at if preferred else None,
         deleted_at=deleted,
         sources=[{"variant": v, "occurrences": occ} for v, occ in grouped.items()],
-        kind=kind_label(slug),
+        kind=Scope.of(slug).label,
     )
 
 

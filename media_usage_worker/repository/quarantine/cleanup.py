@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -28,7 +29,7 @@ from media_usage_worker.domain.cleanup import (
     UnusedFilter,
     UnusedItem,
 )
-from media_usage_worker.domain.host_sources import kind_label
+from media_usage_worker.domain.host_sources import Scope
 from media_usage_worker.repository.base.clock import db_now
 from media_usage_worker.repository.base.db import Bind, read_transaction, transaction
 from media_usage_worker.repository.base.schema import (
@@ -80,6 +81,8 @@ __all__ = [
 ]
 
 m, q, s, u = media.c, quarantine.c, sources.c, occurrences.c
+
+log = logging.getLogger(__name__)
 
 
 # Each occurrence with the source whose current generation it is.
@@ -274,6 +277,19 @@ def restore_used(conn: sa.Connection, media_ids: Sequence[str]) -> list[str]:
     return found
 
 
+def restore_retired_in_use(conn: sa.Connection, media_ids: Sequence[str]) -> list[str]:
+    """The step of a batch's transaction after its index rows: ``restore_used`` of the media
+    ids its writes use, each restore logged (an operator sees a retirement undone)."""
+    restored = restore_used(conn, media_ids)
+    if restored:
+        log.warning(
+            "media usage restored %d retired item(s) a write uses again: %s",
+            len(restored), ", ".join(restored[:20]),
+            extra={"media_usage": {"event": "media_usage.restored", "media_ids": restored}},
+        )  # fmt: skip
+    return restored
+
+
 def _move(
     conn: sa.Connection, source: sa.Table, target: sa.Table, ids: list[str], **extra: str
 ) -> None:
@@ -320,7 +336,7 @@ class DanglingReference(NamedTuple):
     @property
     def kind(self) -> str:
         """``content``, or the kind of the source beyond content the reference is in."""
-        return kind_label(self.collection)
+        return Scope.of(self.collection).label
 
     def shown(self) -> dict[str, str]:
         """As the CLI's ``--json`` and the HTTP API give it."""

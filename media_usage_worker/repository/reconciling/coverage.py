@@ -17,7 +17,7 @@ from media_usage_worker.repository.base.schema import (
 )
 from media_usage_worker.repository.registry.rules import rules_current
 
-st = index_status.c
+_st = index_status.c
 
 
 def _active_status(collection_id: object, slug: object) -> list[sa.ColumnElement[bool]]:
@@ -27,7 +27,7 @@ def _active_status(collection_id: object, slug: object) -> list[sa.ColumnElement
 # The success timestamp is only rewritten when a second old, so completions do not all queue on
 # the status row's lock.
 _success_note_due = sa.or_(
-    st.last_incremental_success_at.is_(None), st.last_incremental_success_at < db_now(-1)
+    _st.last_incremental_success_at.is_(None), _st.last_incremental_success_at < db_now(-1)
 )
 _collection = sa.bindparam("p_collection_id", type_=sa.Text)
 _slug = sa.bindparam("p_slug", type_=sa.Text)
@@ -38,8 +38,8 @@ def _restorable_for(collection_id: sa.ColumnElement[str]) -> sa.ColumnElement[bo
     computed under this worker's rules (one of other rules never restores it)."""
     work_remains = sa.exists(sa.select(1).where(work.c.collection_id == collection_id))
     return sa.and_(
-        st.reconciliation_required == 0,
-        st.status.in_((CoverageStatus.STALE, CoverageStatus.PARTIAL)),
+        _st.reconciliation_required == 0,
+        _st.status.in_((CoverageStatus.STALE, CoverageStatus.PARTIAL)),
         ~work_remains,
         rules_current(collection_id),
     )
@@ -48,7 +48,7 @@ def _restorable_for(collection_id: sa.ColumnElement[str]) -> sa.ColumnElement[bo
 _restorable = _restorable_for(_collection)
 # Built once (this runs after every completed item); values are bound parameters only.
 _READ_STATUS = sa.select(
-    st.change_epoch,
+    _st.change_epoch,
     _restorable.label("restorable"),
     _success_note_due.label("note_due"),
 ).where(*_active_status(_collection, _slug))
@@ -67,12 +67,12 @@ _RESTORE_COMPLETE = (
     index_status.update()
     .where(
         *_active_status(_collection, _slug),
-        st.change_epoch == sa.bindparam("p_epoch", type_=sa.BigInteger),
+        _st.change_epoch == sa.bindparam("p_epoch", type_=sa.BigInteger),
     )
     .values(
-        status=sa.case((_restorable, CoverageStatus.COMPLETE.value), else_=st.status),
-        completed_at=sa.case((_restorable, db_now()), else_=st.completed_at),
-        last_error_code=sa.case((_restorable, sa.null()), else_=st.last_error_code),
+        status=sa.case((_restorable, CoverageStatus.COMPLETE.value), else_=_st.status),
+        completed_at=sa.case((_restorable, db_now()), else_=_st.completed_at),
+        last_error_code=sa.case((_restorable, sa.null()), else_=_st.last_error_code),
         last_incremental_success_at=db_now(),
         updated_at=db_now(),
     )
@@ -104,18 +104,18 @@ def record_incremental_success(bind: Bind, collection_id: str, slug: str) -> Non
 
 
 # Collections a lost note can leave behind: stale or partial, nothing to reconcile, no work.
-_SETTLED_CANDIDATES = sa.select(st.collection_id, st.scope_key).where(
-    st.adapter_id == ADAPTER_ID,
-    st.scope_type == SCOPE_TYPE,
-    st.capture_state == CaptureState.ACTIVE,
-    _restorable_for(st.collection_id),
+_SETTLED_CANDIDATES = sa.select(_st.collection_id, _st.scope_key).where(
+    _st.adapter_id == ADAPTER_ID,
+    _st.scope_type == SCOPE_TYPE,
+    _st.capture_state == CaptureState.ACTIVE,
+    _restorable_for(_st.collection_id),
 )
 # The completion note's CAS on the epoch read before, without the note's success timestamp.
 _RESTORE_SETTLED = (
     index_status.update()
     .where(
         *_active_status(_collection, _slug),
-        st.change_epoch == sa.bindparam("p_epoch", type_=sa.BigInteger),
+        _st.change_epoch == sa.bindparam("p_epoch", type_=sa.BigInteger),
         _restorable,
     )
     .values(
@@ -173,18 +173,18 @@ def record_incremental_failure(
     run_owns_status = sa.exists(
         sa.select(1).where(
             reconciliations.c.collection_id == collection_id,
-            reconciliations.c.run_token == st.cursor,
+            reconciliations.c.run_token == _st.cursor,
         )
     )
-    to_partial = sa.and_(~run_owns_status, st.reconciliation_required == 0)
+    to_partial = sa.and_(~run_owns_status, _st.reconciliation_required == 0)
     to_stale = sa.and_(
-        ~run_owns_status, st.reconciliation_required != 0, st.status == CoverageStatus.RUNNING
+        ~run_owns_status, _st.reconciliation_required != 0, _st.status == CoverageStatus.RUNNING
     )
     with transaction(bind) as conn:
         # As for a success note: never wait on a host's transaction. A skipped failure note
         # cannot let ``complete`` back: the failed work row stays until an operator acts.
         free = conn.execute(
-            sa.select(st.scope_key)
+            sa.select(_st.scope_key)
             .where(*status_row(collection_id, slug))
             .with_for_update(skip_locked=True)
         ).first()
@@ -201,12 +201,12 @@ def record_incremental_failure(
                 status=sa.case(
                     (to_partial, CoverageStatus.PARTIAL.value),
                     (to_stale, CoverageStatus.STALE.value),
-                    else_=st.status,
+                    else_=_st.status,
                 ),
                 completed_at=sa.case(
-                    (sa.or_(to_partial, to_stale), sa.null()), else_=st.completed_at
+                    (sa.or_(to_partial, to_stale), sa.null()), else_=_st.completed_at
                 ),
-                cursor=sa.case((to_stale, sa.null()), else_=st.cursor),
+                cursor=sa.case((to_stale, sa.null()), else_=_st.cursor),
                 last_error_code=error_code,
                 updated_at=db_now(),
             )

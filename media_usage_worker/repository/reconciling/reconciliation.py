@@ -77,7 +77,7 @@ class Coordinator:
         )  # fmt: skip
 
 
-_r = reconciliations.c
+_rc = reconciliations.c
 _LEASES = LeasedRows(reconciliations, ReconciliationState.LEASED)
 _st = index_status.c
 _s = sources.c
@@ -139,7 +139,7 @@ def drop_finished(engine: sa.Engine) -> bool:
             return False
         conn.execute(
             reconciliations.delete().where(
-                sa.exists(sa.select(1).where(*status_row(_r.collection_id, _r.collection_slug),
+                sa.exists(sa.select(1).where(*status_row(_rc.collection_id, _rc.collection_slug),
                                              _st.reconciliation_required == 0))
             )
         )  # fmt: skip
@@ -150,15 +150,15 @@ def reopen_failed_after_new_writes(engine: sa.Engine) -> None:
     """A failed run is retried once the collection was written again (epoch moved on)."""
     moved_on = sa.exists(
         sa.select(1).where(
-            *status_row(_r.collection_id, _r.collection_slug),
+            *status_row(_rc.collection_id, _rc.collection_slug),
             _st.cursor.is_(None),
-            _st.change_epoch > _r.target_epoch,
+            _st.change_epoch > _rc.target_epoch,
         )
     )
     with transaction(engine) as conn:
         conn.execute(
             reconciliations.update()
-            .where(_r.state == ReconciliationState.FAILED, moved_on)
+            .where(_rc.state == ReconciliationState.FAILED, moved_on)
             .values(
                 state=ReconciliationState.PENDING, phase=ReconciliationPhase.SCAN,
                 run_token=new_ulid(), target_epoch=None, field_fingerprint=None,
@@ -179,7 +179,7 @@ def seed(engine: sa.Engine) -> None:
             _st.capture_state == CaptureState.ACTIVE,
             _st.reconciliation_required == 1,
             registered(_st.collection_id, _st.scope_key),
-            ~sa.exists(sa.select(1).where(_r.collection_id == _st.collection_id)),
+            ~sa.exists(sa.select(1).where(_rc.collection_id == _st.collection_id)),
             ~being_deleted(_st.collection_id),
         )
         .order_by(_st.collection_id)
@@ -211,12 +211,12 @@ def _almost_drained(collection_id: Any) -> sa.ColumnElement[bool]:
 _WAKE = (
     reconciliations.update()
     .where(
-        _r.collection_id == sa.bindparam("p_collection_id"),
-        _r.state == ReconciliationState.PENDING,
+        _rc.collection_id == sa.bindparam("p_collection_id"),
+        _rc.state == ReconciliationState.PENDING,
         _almost_drained(sa.bindparam("p_collection_id")),
     )
     .values(next_attempt_at=db_now(), updated_at=db_now())
-    .returning(_r.collection_id)
+    .returning(_rc.collection_id)
 )
 
 
@@ -281,7 +281,7 @@ def record_retry(engine: sa.Engine, c: Coordinator, code: ErrorCode, delay: int)
     with transaction(engine) as conn:
         _update_held(
             conn, c, **unleased(ReconciliationState.RETRY, delay),
-            attempt_count=_r.attempt_count + 1, last_error_code=code,
+            attempt_count=_rc.attempt_count + 1, last_error_code=code,
         )  # fmt: skip
 
 
@@ -294,7 +294,7 @@ def record_failed(engine: sa.Engine, c: Coordinator, code: ErrorCode) -> None:
     with transaction(engine) as conn:
         if _update_held(
             conn, c, **unleased(ReconciliationState.FAILED, None),
-            attempt_count=_r.attempt_count + 1, last_error_code=code,
+            attempt_count=_rc.attempt_count + 1, last_error_code=code,
         ):  # fmt: skip
             _finish_failed_coverage(conn, c, code)
 
@@ -482,7 +482,7 @@ def finalize(engine: sa.Engine, c: Coordinator) -> CoverageStatus | None:
     read under the row's lock, none of the run's own work is left, the coordinator is still
     held in its sources phase, the collection is registered and not being deleted.
     """
-    held = sa.exists(sa.select(1).where(*_held(c), _r.phase == ReconciliationPhase.SOURCES))
+    held = sa.exists(sa.select(1).where(*_held(c), _rc.phase == ReconciliationPhase.SOURCES))
     writes_wait = sa.exists(sa.select(1).where(_w.collection_id == c.collection_id))
     params = {"p_collection_id": c.collection_id, "p_slug": c.collection_slug}
     with transaction(engine) as conn:
@@ -513,7 +513,7 @@ def finalize(engine: sa.Engine, c: Coordinator) -> CoverageStatus | None:
         record_indexed_rules(conn, c.collection_id, c.field_fingerprint)
         conn.execute(
             reconciliations.delete().where(
-                _r.collection_id == c.collection_id, _r.lease_token == c.lease_token
+                _rc.collection_id == c.collection_id, _rc.lease_token == c.lease_token
             )
         )
     return CoverageStatus(done.status)

@@ -8,7 +8,7 @@ from typing import Any, NamedTuple
 import sqlalchemy as sa
 
 from media_usage_worker.domain import coverage as coverage_rules
-from media_usage_worker.domain.host_sources import kind_label
+from media_usage_worker.domain.host_sources import Scope
 from media_usage_worker.domain.rules import RulesState
 from media_usage_worker.domain.timestamps import seconds_between
 from media_usage_worker.domain.vocabulary import CoverageStatus, WorkState
@@ -27,9 +27,9 @@ from media_usage_worker.repository.base.schema import (
 from media_usage_worker.repository.registry.host_sources import SCOPES, built_in_gaps
 from media_usage_worker.repository.registry.rules import read_rules_states
 
-w = work.c
-st = index_status.c
-rc = reconciliations.c
+_w = work.c
+_st = index_status.c
+_rc = reconciliations.c
 FAILED_SHOWN = 5
 
 
@@ -67,39 +67,39 @@ class Overview(NamedTuple):
 
 _STATUS_ROWS = (
     sa.select(
-        SCOPES.c.slug, SCOPES.c.id, st.status, st.capture_state, st.change_epoch,
-        st.reconciliation_required, st.schema_version, st.last_error_code,
+        SCOPES.c.slug, SCOPES.c.id, _st.status, _st.capture_state, _st.change_epoch,
+        _st.reconciliation_required, _st.schema_version, _st.last_error_code,
     )
     .select_from(
         SCOPES.outerjoin(
             index_status,
             sa.and_(
-                st.adapter_id == ADAPTER_ID,
-                st.scope_type == SCOPE_TYPE,
-                st.scope_key == SCOPES.c.slug,
+                _st.adapter_id == ADAPTER_ID,
+                _st.scope_type == SCOPE_TYPE,
+                _st.scope_key == SCOPES.c.slug,
             ),
         )
     )
     .order_by(SCOPES.c.slug)
 )  # fmt: skip
-_WORK_COUNTS = sa.select(w.collection_id, w.state, sa.func.count()).group_by(
-    w.collection_id, w.state
+_WORK_COUNTS = sa.select(_w.collection_id, _w.state, sa.func.count()).group_by(
+    _w.collection_id, _w.state
 )
-_RUNS = sa.select(rc.collection_id, rc.state, rc.phase, rc.attempt_count)
+_RUNS = sa.select(_rc.collection_id, _rc.state, _rc.phase, _rc.attempt_count)
 _FAILED = (
-    sa.select(w.collection_id, w.content_id, w.last_error_code, w.attempt_count, w.updated_at)
-    .where(w.state == WorkState.FAILED)
-    .order_by(w.updated_at.desc(), w.content_id.desc())
+    sa.select(_w.collection_id, _w.content_id, _w.last_error_code, _w.attempt_count, _w.updated_at)
+    .where(_w.state == WorkState.FAILED)
+    .order_by(_w.updated_at.desc(), _w.content_id.desc())
 )
 # Due since: a waiting row's next attempt, or a leased row's expired lease (its worker died or
 # is stuck, and the tick sends it again): both are work nobody is doing.
 _DUE_SINCE = [
-    sa.select(w.collection_id, sa.func.min(column))
-    .where(w.state.in_(states), is_due(column))
-    .group_by(w.collection_id)
+    sa.select(_w.collection_id, sa.func.min(column))
+    .where(_w.state.in_(states), is_due(column))
+    .group_by(_w.collection_id)
     for column, states in (
-        (w.next_attempt_at, (WorkState.PENDING, WorkState.RETRY)),
-        (w.lease_expires_at, (WorkState.LEASED,)),
+        (_w.next_attempt_at, (WorkState.PENDING, WorkState.RETRY)),
+        (_w.lease_expires_at, (WorkState.LEASED,)),
     )
 ]
 
@@ -148,7 +148,7 @@ def overview(engine: sa.Engine) -> Overview:
                 failed=failed.get(row.id, []),
                 rules={"indexed_under": rules.indexed_under, "running": rules.running},
                 reconciliation=runs.get(row.id),
-                kind=kind_label(row.slug),
+                kind=Scope.of(row.slug).label,
                 reason=reason,
             )
         )

@@ -18,7 +18,7 @@ from media_usage_worker.domain.content_model import (
     STANDARD_CONTENT_COLUMNS,
     FieldDefinition,
 )
-from media_usage_worker.domain.host_sources import is_source_scope, scope_table
+from media_usage_worker.domain.host_sources import Scope
 from media_usage_worker.repository.base.clock import db_legacy_now
 from media_usage_worker.repository.base.schema import revisions
 from media_usage_worker.repository.base.stored_text import StoredText
@@ -54,9 +54,9 @@ def scope_columns(slug: str, columns: Sequence[str] = ("id",)) -> sa.FromClause:
     A source's table is read as if it were a content table: its key column is ``id``, and a
     standard content column it does not have (no source column takes such a name) is NULL.
     """
-    if not is_source_scope(slug):
+    named = Scope.of(slug)
+    if named.is_content:
         return content_columns(slug, columns)
-    named = scope_table(slug)
     standard = set(STANDARD_CONTENT_COLUMNS)
     table = sa.table(
         named.table,
@@ -74,7 +74,8 @@ def scope_columns(slug: str, columns: Sequence[str] = ("id",)) -> sa.FromClause:
 
 def scope_table_name(slug: str) -> str:
     """The table a collection's or a source's rows live in."""
-    return scope_table(slug).table if is_source_scope(slug) else content_table_name(slug)
+    scope = Scope.of(slug)
+    return content_table_name(slug) if scope.is_content else scope.table
 
 
 def identifier(name: str, dialect_name: str) -> str:

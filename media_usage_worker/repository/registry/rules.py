@@ -69,9 +69,9 @@ __all__ = [
     "remove_reference_path",  # noqa: F822
     "rules_current",
 ]
-r = rules_state.c
-st = index_status.c
-rp = reference_paths.c
+_rs = rules_state.c
+_st = index_status.c
+_rp = reference_paths.c
 
 
 # Coverage that a collection could keep or get back without a run, while its index was
@@ -80,12 +80,12 @@ rp = reference_paths.c
 _MARK_RULES_CHANGED = (
     index_status.update()
     .where(
-        st.adapter_id == ADAPTER_ID,
-        st.scope_type == SCOPE_TYPE,
-        st.capture_state == CaptureState.ACTIVE,
-        st.reconciliation_required == 0,
-        st.status.in_((CoverageStatus.COMPLETE, CoverageStatus.STALE, CoverageStatus.PARTIAL)),
-        ~rules_current(st.collection_id),
+        _st.adapter_id == ADAPTER_ID,
+        _st.scope_type == SCOPE_TYPE,
+        _st.capture_state == CaptureState.ACTIVE,
+        _st.reconciliation_required == 0,
+        _st.status.in_((CoverageStatus.COMPLETE, CoverageStatus.STALE, CoverageStatus.PARTIAL)),
+        ~rules_current(_st.collection_id),
     )
     .values(
         status=CoverageStatus.STALE,
@@ -94,7 +94,7 @@ _MARK_RULES_CHANGED = (
         reconciliation_required=1,
         updated_at=db_now(),
     )
-    .returning(st.scope_key)
+    .returning(_st.scope_key)
 )
 
 
@@ -112,8 +112,8 @@ def read_rules_states(conn: sa.Connection) -> dict[str, RulesState]:
     fingerprints = current_fingerprints(conn)
     rows = conn.execute(
         sa.select(
-            r.collection_id, r.rules_revision, r.indexed_extraction_version,
-            r.indexed_rules_revision, r.indexed_fields,
+            _rs.collection_id, _rs.rules_revision, _rs.indexed_extraction_version,
+            _rs.indexed_rules_revision, _rs.indexed_fields,
         )
     )  # fmt: skip
     states = {cid: RulesState(current_fields=fp) for cid, fp in fingerprints.items()}
@@ -121,11 +121,11 @@ def read_rules_states(conn: sa.Connection) -> dict[str, RulesState]:
     return states
 
 
-_SETTLED_SCOPES = sa.select(st.collection_id, st.scope_key).where(
-    st.adapter_id == ADAPTER_ID,
-    st.scope_type == SCOPE_TYPE,
-    st.capture_state == CaptureState.ACTIVE,
-    st.reconciliation_required == 0,
+_SETTLED_SCOPES = sa.select(_st.collection_id, _st.scope_key).where(
+    _st.adapter_id == ADAPTER_ID,
+    _st.scope_type == SCOPE_TYPE,
+    _st.capture_state == CaptureState.ACTIVE,
+    _st.reconciliation_required == 0,
 )
 
 
@@ -177,7 +177,7 @@ def field_exists(conn: sa.Connection, collection_id: str, field_slug: str) -> bo
 def count_other_reference_paths(conn: sa.Connection, collection_id: str, path_text: str) -> int:
     """How many paths the collection declares besides ``path_text``."""
     return conn.execute(
-        sa.select(sa.func.count()).where(rp.collection_id == collection_id, rp.path != path_text)
+        sa.select(sa.func.count()).where(_rp.collection_id == collection_id, _rp.path != path_text)
     ).scalar_one()
 
 
@@ -186,8 +186,8 @@ def insert_reference_path(conn: sa.Connection, collection_id: str, path: Referen
     inserted = conn.execute(
         insert_factory_for(conn.dialect.name)(reference_paths)
         .values(collection_id=collection_id, path=path.text, field_slug=path.field_slug)
-        .on_conflict_do_nothing(index_elements=[rp.collection_id, rp.path])
-        .returning(rp.path)
+        .on_conflict_do_nothing(index_elements=[_rp.collection_id, _rp.path])
+        .returning(_rp.path)
     ).first()
     return inserted is not None
 
@@ -196,8 +196,8 @@ def delete_reference_path(conn: sa.Connection, collection_id: str, path_text: st
     """``False`` when the collection declares no such path."""
     removed = conn.execute(
         reference_paths.delete()
-        .where(rp.collection_id == collection_id, rp.path == path_text)
-        .returning(rp.path)
+        .where(_rp.collection_id == collection_id, _rp.path == path_text)
+        .returning(_rp.path)
     ).first()
     return removed is not None
 
@@ -226,9 +226,9 @@ def delete_media_url_prefix(conn: sa.Connection, prefix: str) -> bool:
 def read_declared_rules(bind: Bind) -> DeclaredRules:
     with read_transaction(bind) as conn:
         paths = conn.execute(
-            sa.select(collections.c.slug, rp.path)
-            .join(collections, collections.c.id == rp.collection_id)
-            .order_by(collections.c.slug, rp.path)
+            sa.select(collections.c.slug, _rp.path)
+            .join(collections, collections.c.id == _rp.collection_id)
+            .order_by(collections.c.slug, _rp.path)
         ).all()
         return DeclaredRules([(slug, path) for slug, path in paths], read_media_url_prefixes(conn))
 
@@ -274,8 +274,8 @@ def count_rules_change(conn: sa.Connection, changed: list[Collection]) -> None:
         )
         conn.execute(
             insert.on_conflict_do_update(
-                index_elements=[r.collection_id],
-                set_={"rules_revision": r.rules_revision + 1, "updated_at": db_now()},
+                index_elements=[_rs.collection_id],
+                set_={"rules_revision": _rs.rules_revision + 1, "updated_at": db_now()},
             )
         )
         invalidate_coverage(conn, collection, ErrorCode.RULES_CHANGED)

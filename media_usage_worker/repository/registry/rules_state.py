@@ -15,16 +15,16 @@ from media_usage_worker.repository.base.schema import rules_state
 from media_usage_worker.repository.base.upsert import insert_factory_for
 from media_usage_worker.repository.registry import field_registry
 
-r = rules_state.c
+_rs = rules_state.c
 
 
 def rules_current(collection_id: Any) -> sa.Exists:
     """True while the collection's index was computed under this code's rules."""
     return sa.exists(
         sa.select(1).where(
-            r.collection_id == collection_id,
-            r.indexed_extraction_version == EXTRACTION_VERSION,
-            r.indexed_rules_revision == r.rules_revision,
+            _rs.collection_id == collection_id,
+            _rs.indexed_extraction_version == EXTRACTION_VERSION,
+            _rs.indexed_rules_revision == _rs.rules_revision,
         )
     )
 
@@ -46,10 +46,10 @@ def record_indexed_rules(
     )
     conn.execute(
         insert.on_conflict_do_update(
-            index_elements=[r.collection_id],
+            index_elements=[_rs.collection_id],
             set_={
                 "indexed_extraction_version": EXTRACTION_VERSION,
-                "indexed_rules_revision": r.rules_revision,
+                "indexed_rules_revision": _rs.rules_revision,
                 "indexed_fields": indexed,
                 "updated_at": db_now(),
             },

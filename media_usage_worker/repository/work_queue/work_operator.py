@@ -36,8 +36,9 @@ from media_usage_worker.repository.work_queue.work_rows import (
     reset_to_pending,
     text,
     to_record,
-    w,
 )
+
+_w = work.c
 
 _st = index_status.c
 
@@ -75,21 +76,21 @@ def find_operator_page(
                 sa.select(work)
                 .join(collections, current_identity)
                 .where(
-                    w.collection_id == collection.id,
-                    w.collection_slug == collection.slug,
-                    w.state == one_state,
+                    _w.collection_id == collection.id,
+                    _w.collection_slug == collection.slug,
+                    _w.state == one_state,
                 )
-                .order_by(w.updated_at.desc(), w.content_id.desc())
+                .order_by(_w.updated_at.desc(), _w.content_id.desc())
                 .limit(page_limit + 1)
             )
             if position is not None:
                 # Keyset: strictly after the cursor in (updated_at, content_id) desc order.
                 query = query.where(
                     sa.or_(
-                        w.updated_at < position.order_value,
+                        _w.updated_at < position.order_value,
                         sa.and_(
-                            w.updated_at == position.order_value,
-                            w.content_id < position.id,
+                            _w.updated_at == position.order_value,
+                            _w.content_id < position.id,
                         ),
                     )
                 )
@@ -170,7 +171,7 @@ def retry_refusal(bind: Bind, *, collection_id: str, content_id: str) -> RetryOu
             return RetryOutcome.COLLECTION_NOT_FOUND
         in_work = conn.execute(
             sa.select(1)
-            .where(w.collection_id == collection_id, w.content_id == content_id)
+            .where(_w.collection_id == collection_id, _w.content_id == content_id)
             .limit(1)
         ).first()
         in_index = conn.execute(
@@ -195,7 +196,7 @@ def retry_refusal(bind: Bind, *, collection_id: str, content_id: str) -> RetryOu
 def _find_by_identity(bind: Bind, collection_id: str, content_id: str) -> sa.Row[Any] | None:
     with transaction(bind) as conn:
         return conn.execute(
-            sa.select(work).where(w.collection_id == collection_id, w.content_id == content_id)
+            sa.select(work).where(_w.collection_id == collection_id, _w.content_id == content_id)
         ).first()
 
 
@@ -203,15 +204,15 @@ def _invalidate_coverage_for_operator_retry(
     bind: Bind, collection_id: str, slug: str, content_id: str, observed: sa.Row[Any] | None
 ) -> int | None:
     """Bump the epoch (complete → stale), but only if the work row is still as observed."""
-    row_of_entry = sa.and_(w.collection_id == _st.collection_id, w.content_id == content_id)
+    row_of_entry = sa.and_(_w.collection_id == _st.collection_id, _w.content_id == content_id)
     if observed is not None:
         still_observed = [
             row_of_entry,
-            w.work_version == observed.work_version,
-            w.state == observed.state,
+            _w.work_version == observed.work_version,
+            _w.state == observed.state,
         ]
         if observed.state == WorkState.LEASED:
-            still_observed.append(lease_expired(w.lease_expires_at))
+            still_observed.append(lease_expired(_w.lease_expires_at))
         work_guard: sa.ColumnElement[bool] = sa.exists(sa.select(1).where(*still_observed))
     else:
         work_guard = ~sa.exists(sa.select(1).where(row_of_entry))
@@ -240,10 +241,10 @@ def _reopen_observed_work(
     bind: Bind, observed: sa.Row[Any], slug: str, epoch: int
 ) -> sa.Row[Any] | None:
     guards = [
-        w.collection_id == observed.collection_id,
-        w.content_id == observed.content_id,
-        w.work_version == observed.work_version,
-        w.state == observed.state,
+        _w.collection_id == observed.collection_id,
+        _w.content_id == observed.content_id,
+        _w.work_version == observed.work_version,
+        _w.state == observed.state,
         registered(observed.collection_id, slug),
         sa.exists(
             sa.select(1).where(
@@ -252,11 +253,11 @@ def _reopen_observed_work(
         ),
     ]
     if observed.state == WorkState.LEASED:
-        guards.append(lease_expired(w.lease_expires_at))
+        guards.append(lease_expired(_w.lease_expires_at))
     statement = (
         work.update()
         .where(*guards)
-        .values(collection_slug=slug, work_version=w.work_version + 1, **reset_to_pending(epoch))
+        .values(collection_slug=slug, work_version=_w.work_version + 1, **reset_to_pending(epoch))
         .returning(*work.c)
     )
     with transaction(bind) as conn:
@@ -276,7 +277,7 @@ def _create_operator_work(
     statement = (
         insert_factory(bind)(work)
         .from_select([c.name for c in work.c], source)
-        .on_conflict_do_nothing(index_elements=[w.collection_id, w.content_id])
+        .on_conflict_do_nothing(index_elements=[_w.collection_id, _w.content_id])
         .returning(*work.c)
     )
     with transaction(bind) as conn:
@@ -294,12 +295,12 @@ def _operator_retry_lost(bind: Bind, collection_id: str, content_id: str) -> Ope
         )
     with transaction(bind) as conn:
         live_expiry = conn.execute(
-            sa.select(w.lease_expires_at).where(
-                w.collection_id == collection_id,
-                w.content_id == content_id,
-                w.state == WorkState.LEASED,
-                w.lease_expires_at.isnot(None),
-                lease_is_live(w.lease_expires_at),
+            sa.select(_w.lease_expires_at).where(
+                _w.collection_id == collection_id,
+                _w.content_id == content_id,
+                _w.state == WorkState.LEASED,
+                _w.lease_expires_at.isnot(None),
+                lease_is_live(_w.lease_expires_at),
             )
         ).scalar_one_or_none()
     if live_expiry is not None:

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from media_usage_worker.domain import validation as check
 from media_usage_worker.domain.errors import InvalidArgument
 from media_usage_worker.domain.vocabulary import DUE_STATES, ErrorCode, Outcome, WorkState
-from media_usage_worker.domain.work import WorkRecord, due_order
+from media_usage_worker.domain.work import Lease, WorkRecord, due_order
 from media_usage_worker.repository.base.clock import db_now, is_due, lease_is_live
 from media_usage_worker.repository.base.db import Bind, read_transaction, transaction
 from media_usage_worker.repository.base.ids import new_ulid
@@ -26,20 +26,22 @@ from media_usage_worker.repository.base.schema import collections, work
 from media_usage_worker.repository.base.stored_text import StoredText
 from media_usage_worker.repository.index.source_writes import EntryWrite, apply_writes
 from media_usage_worker.repository.registry.content_tables import scope_columns
-from media_usage_worker.repository.work_queue.work_rows import current_identity, to_record, w
+from media_usage_worker.repository.work_queue.work_rows import current_identity, to_record
+
+_w = work.c
 
 # The two statements every item runs are built once, with bound parameters only: building a
 # Core statement per call cost more Python time than the database spent executing it.
 _ITEM_VERSION = [
-    w.collection_id == sa.bindparam("p_collection_id", type_=sa.Text),
-    w.content_id == sa.bindparam("p_content_id", type_=sa.Text),
-    w.work_version == sa.bindparam("p_work_version", type_=sa.BigInteger),
+    _w.collection_id == sa.bindparam("p_collection_id", type_=sa.Text),
+    _w.content_id == sa.bindparam("p_content_id", type_=sa.Text),
+    _w.work_version == sa.bindparam("p_work_version", type_=sa.BigInteger),
 ]
 _LIVE_LEASE = [
     *_ITEM_VERSION,
-    checked_only(w.state) == WorkState.LEASED,
-    w.lease_token == sa.bindparam("p_lease_token", type_=sa.Text),
-    lease_is_live(w.lease_expires_at),
+    checked_only(_w.state) == WorkState.LEASED,
+    _w.lease_token == sa.bindparam("p_lease_token", type_=sa.Text),
+    lease_is_live(_w.lease_expires_at),
 ]
 _CLAIMABLE = due_or_expired(work)
 _CLAIM = (
@@ -70,6 +72,12 @@ def _lease_params(
     }
 
 
+def _held_by(lease: Lease) -> dict[str, Any]:
+    return _lease_params(
+        lease.collection_id, lease.content_id, lease.work_version, lease.lease_token
+    )
+
+
 def _due_order(state: WorkState) -> tuple[str, ...]:
     """The columns of ``state``'s due index, in order (work_lease or work_due)."""
     if state == WorkState.LEASED:
@@ -81,10 +89,10 @@ def _due_order(state: WorkState) -> tuple[str, ...]:
 def _due_page_statement(state: WorkState, after: bool) -> sa.Select[Any]:
     """One state's due rows in its index order, from ``:d_<column>`` on with ``after``."""
     # Each state walks its own index in order; LIMIT stops early.
-    order = [w[name] for name in _due_order(state)]
+    order = [_w[name] for name in _due_order(state)]
     query = (
         sa.select(work)
-        .where(w.state == state, is_due(order[0]))
+        .where(_w.state == state, is_due(order[0]))
         .order_by(*order)
         .limit(sa.bindparam("d_limit", type_=sa.Integer))
     )
@@ -131,11 +139,13 @@ def oldest_due(bind: Bind) -> tuple[str, str | None]:
     # One state per query: min() over a single state's index range is its first entry,
     # while an IN list makes the database aggregate every due row (slow with a backlog).
     candidates = [
-        sa.select(sa.func.min(w.next_attempt_at)).where(w.state == state, is_due(w.next_attempt_at))
+        sa.select(sa.func.min(_w.next_attempt_at)).where(
+            _w.state == state, is_due(_w.next_attempt_at)
+        )
         for state in (WorkState.PENDING, WorkState.RETRY)
     ] + [
-        sa.select(sa.func.min(w.lease_expires_at)).where(
-            w.state == WorkState.LEASED, is_due(w.lease_expires_at)
+        sa.select(sa.func.min(_w.lease_expires_at)).where(
+            _w.state == WorkState.LEASED, is_due(_w.lease_expires_at)
         ),
     ]
     with read_transaction(bind) as conn:
@@ -157,12 +167,12 @@ def settle_unusable_work(bind: Bind, record: WorkRecord, error_code: ErrorCode) 
     # The id is bound through StoredText (column types), so a SQLite id that is not UTF-8
     # is matched byte for byte.
     this_item = [
-        w.collection_id == record.collection_id,
-        w.content_id == record.content_id,
-        w.work_version == record.work_version,
+        _w.collection_id == record.collection_id,
+        _w.content_id == record.content_id,
+        _w.work_version == record.work_version,
         _CLAIMABLE,
     ]
-    entry_gone = ~sa.exists(sa.select(1).where(content.c.id == w.content_id))
+    entry_gone = ~sa.exists(sa.select(1).where(content.c.id == _w.content_id))
     with transaction(bind) as conn:
         if conn.execute(work.delete().where(*this_item, entry_gone)).rowcount:
             return Outcome.OBSOLETE
@@ -170,7 +180,7 @@ def settle_unusable_work(bind: Bind, record: WorkRecord, error_code: ErrorCode) 
             work.update()
             .where(*this_item)
             .values(
-                state=WorkState.FAILED, attempt_count=w.attempt_count + 1, lease_token=None,
+                state=WorkState.FAILED, attempt_count=_w.attempt_count + 1, lease_token=None,
                 lease_expires_at=None, last_attempted_at=db_now(), last_error_code=code,
                 updated_at=db_now(),
             )
@@ -186,7 +196,7 @@ def find_work_for_content(bind: Bind, collection_slug: str, content_id: str) -> 
         row = conn.execute(
             sa.select(work)
             .join(collections, current_identity)
-            .where(w.collection_slug == collection_slug, w.content_id == content_id)
+            .where(_w.collection_slug == collection_slug, _w.content_id == content_id)
         ).first()
     return None if row is None else to_record(row)
 
@@ -215,13 +225,29 @@ def claim_work(
     return None if row is None else to_record(row)
 
 
+# Each transition is fenced on one lease: the ``*_lease`` functions take it whole; the
+# ``*_work`` ones (emdash's repository API, ``MediaUsageWorkRepository``) take its four parts.
+
+
+def complete_lease(bind: Bind, lease: Lease) -> bool:
+    """Delete the row if this lease still holds it; ``False`` means the holder was fenced."""
+    return _complete(bind, _held_by(lease))
+
+
 def complete_work(
     bind: Bind, *, collection_id: str, content_id: str, work_version: int | str, lease_token: str
 ) -> bool:
-    """Delete the row if this lease still holds it; ``False`` means the holder was fenced."""
-    params = _lease_params(collection_id, content_id, work_version, lease_token)
+    return _complete(bind, _lease_params(collection_id, content_id, work_version, lease_token))
+
+
+def _complete(bind: Bind, params: dict[str, Any]) -> bool:
     with transaction(bind) as conn:
         return conn.execute(_COMPLETE, params).rowcount > 0
+
+
+def retry_lease(bind: Bind, lease: Lease, *, retry_delay_seconds: int, error_code: str) -> bool:
+    """Due again after the delay, the attempt counted; ``False`` once the lease is lost."""
+    return _retry(bind, _held_by(lease), retry_delay_seconds, error_code)
 
 
 def retry_work(
@@ -234,10 +260,21 @@ def retry_work(
     retry_delay_seconds: int,
     error_code: str,
 ) -> bool:
+    params = _lease_params(collection_id, content_id, work_version, lease_token)
+    return _retry(bind, params, retry_delay_seconds, error_code)
+
+
+def _retry(bind: Bind, params: dict[str, Any], retry_delay_seconds: int, error_code: str) -> bool:
     delay = check.duration_seconds(retry_delay_seconds, "retry delay", allow_zero=True)
     code = check.error_code(error_code)
-    params = _lease_params(collection_id, content_id, work_version, lease_token)
     return _transition_failure(bind, params, WorkState.RETRY, code, next_attempt_at=db_now(delay))
+
+
+def fail_lease(bind: Bind, lease: Lease, *, error_code: str) -> bool:
+    """Failed for good; ``False`` once the lease is lost."""
+    return _transition_failure(
+        bind, _held_by(lease), WorkState.FAILED, check.error_code(error_code)
+    )
 
 
 def fail_work(
@@ -254,19 +291,26 @@ def fail_work(
     return _transition_failure(bind, params, WorkState.FAILED, code)
 
 
-def release_work(
-    bind: Bind, *, collection_id: str, content_id: str, work_version: int | str, lease_token: str
-) -> bool:
+def release_lease(bind: Bind, lease: Lease) -> bool:
     """Give a live lease back without charging an attempt: due again at once, as it was
     before the claim (``retry`` if it had failed before, else ``pending``). For an item
     that was claimed but never started because a batch-mate ran out of time."""
-    params = _lease_params(collection_id, content_id, work_version, lease_token)
+    return _release(bind, _held_by(lease))
+
+
+def release_work(
+    bind: Bind, *, collection_id: str, content_id: str, work_version: int | str, lease_token: str
+) -> bool:
+    return _release(bind, _lease_params(collection_id, content_id, work_version, lease_token))
+
+
+def _release(bind: Bind, params: dict[str, Any]) -> bool:
     statement = (
         work.update()
         .where(*_LIVE_LEASE)
         .values(
             state=sa.case(
-                (w.attempt_count > 0, WorkState.RETRY.value), else_=WorkState.PENDING.value
+                (_w.attempt_count > 0, WorkState.RETRY.value), else_=WorkState.PENDING.value
             ),
             lease_token=None,
             lease_expires_at=None,
@@ -295,7 +339,7 @@ def extend_lease(
             work.update()
             .where(*_LIVE_LEASE)
             .values(lease_expires_at=db_now(duration))
-            .returning(w.lease_expires_at),
+            .returning(_w.lease_expires_at),
             params,
         ).scalar_one_or_none()
     return expiry
@@ -309,7 +353,7 @@ def _transition_failure(
         .where(*_LIVE_LEASE)
         .values(
             state=state,
-            attempt_count=w.attempt_count + 1,
+            attempt_count=_w.attempt_count + 1,
             lease_token=None,
             lease_expires_at=None,
             last_error_code=code,
@@ -330,10 +374,10 @@ def _these_versions(dialect: str) -> list[sa.ColumnElement[bool]]:
     """Rows of ``:b_collection_id`` at exactly the ``:versions`` (content id, version) pairs."""
     v = _VERSIONS.table(dialect).c
     return [
-        w.collection_id == sa.bindparam("b_collection_id", type_=sa.Text),
+        _w.collection_id == sa.bindparam("b_collection_id", type_=sa.Text),
         # The ids find the rows by primary key; the pairs then keep only the exact versions.
-        _VERSIONS.contains(dialect, w.content_id, "content_id"),
-        sa.tuple_(w.content_id, w.work_version).in_(sa.select(v.content_id, v.work_version)),
+        _VERSIONS.contains(dialect, _w.content_id, "content_id"),
+        sa.tuple_(_w.content_id, _w.work_version).in_(sa.select(v.content_id, v.work_version)),
     ]
 
 
@@ -341,9 +385,9 @@ def _batch_lease(dialect: str) -> list[sa.ColumnElement[bool]]:
     """The rows the batch lease ``:b_lease_token`` still holds: leased under it, unexpired."""
     return [
         *_these_versions(dialect),
-        checked_only(w.state) == WorkState.LEASED,
-        w.lease_token == sa.bindparam("b_lease_token", type_=sa.Text),
-        lease_is_live(w.lease_expires_at),
+        checked_only(_w.state) == WorkState.LEASED,
+        _w.lease_token == sa.bindparam("b_lease_token", type_=sa.Text),
+        lease_is_live(_w.lease_expires_at),
     ]
 
 
@@ -364,7 +408,7 @@ def _batch_statements(dialect: str) -> dict[str, Any]:
         .returning(*work.c)
     )
     renew = work.update().where(*_batch_lease(dialect)).values(lease_expires_at=db_now(duration))
-    complete = work.delete().where(*_batch_lease(dialect)).returning(w.content_id)
+    complete = work.delete().where(*_batch_lease(dialect)).returning(_w.content_id)
     return {"claim": claim, "renew": renew, "complete": complete}
 
 

@@ -27,10 +27,11 @@ from media_usage_worker.repository.work_queue.work_rows import (
     new_pending_columns,
     reset_to_pending,
     text,
-    w,
 )
 
-_r = reconciliations.c
+_w = work.c
+
+_rc = reconciliations.c
 _st = index_status.c
 
 
@@ -42,22 +43,22 @@ def _run_owns(
     (writes since the run began have moved the epoch on; they do not end it)."""
     return sa.exists(
         sa.select(1).where(
-            _r.collection_id == collection_id,
-            _r.collection_slug == collection_slug,
-            _r.run_token == run_token,
-            _r.target_epoch == epoch,
-            _r.state == ReconciliationState.LEASED,
-            _r.phase == phase,
-            _r.lease_token == lease_token,
-            is_live_by_text(_r.lease_expires_at),
-            *active_status_row(_r.collection_id, _r.collection_slug),
+            _rc.collection_id == collection_id,
+            _rc.collection_slug == collection_slug,
+            _rc.run_token == run_token,
+            _rc.target_epoch == epoch,
+            _rc.state == ReconciliationState.LEASED,
+            _rc.phase == phase,
+            _rc.lease_token == lease_token,
+            is_live_by_text(_rc.lease_expires_at),
+            *active_status_row(_rc.collection_id, _rc.collection_slug),
             _st.reconciliation_required == 1,
             _st.status == CoverageStatus.RUNNING,
             _st.cursor == run_token,
             _st.change_epoch >= epoch,
-            registered(_r.collection_id, _r.collection_slug),
+            registered(_rc.collection_id, _rc.collection_slug),
             capture_activated(),
-            ~being_deleted(_r.collection_id),
+            ~being_deleted(_rc.collection_id),
         )
     )
 
@@ -103,17 +104,17 @@ def enqueue_reconciliation_page(
     # after this run began, and the message already sent for it (a host's write during a
     # backfill, on the fast path) stays good instead of waiting for the run's own pages.
     statement = insert.on_conflict_do_update(
-        index_elements=[w.collection_id, w.content_id],
+        index_elements=[_w.collection_id, _w.content_id],
         set_={
             "collection_slug": insert.excluded.collection_slug,
             "work_version": sa.case(
-                (w.state == WorkState.PENDING, w.work_version), else_=w.work_version + 1
+                (_w.state == WorkState.PENDING, _w.work_version), else_=_w.work_version + 1
             ),
             **reset_to_pending(insert.excluded.change_epoch),
             "next_attempt_at": insert.excluded.next_attempt_at,
             "updated_at": insert.excluded.updated_at,
         },
-        where=w.change_epoch < insert.excluded.change_epoch,
+        where=_w.change_epoch < insert.excluded.change_epoch,
     )
     with transaction(bind) as conn:
         conn.execute(statement)
@@ -160,6 +161,6 @@ def delete_work_through_epoch(bind: Bind, collection_id: str, max_change_epoch: 
     epoch = check.change_epoch(max_change_epoch)
     with transaction(bind) as conn:
         deleted: int = conn.execute(
-            work.delete().where(w.collection_id == collection_id, w.change_epoch <= epoch)
+            work.delete().where(_w.collection_id == collection_id, _w.change_epoch <= epoch)
         ).rowcount
     return deleted

@@ -17,10 +17,10 @@ from media_usage_worker.domain.work import WorkRecord
 from media_usage_worker.repository.base.clock import db_now
 from media_usage_worker.repository.base.schema import collections, work
 
-w = work.c
+_w = work.c
 # Work rows count only while their (collection id, slug) is still the registered collection.
 current_identity = sa.and_(
-    collections.c.id == w.collection_id, collections.c.slug == w.collection_slug
+    collections.c.id == _w.collection_id, collections.c.slug == _w.collection_slug
 )
 _STATES = frozenset(state.value for state in WorkState)
 _RECORD_FIELDS = tuple(f.name for f in fields(WorkRecord))
