@@ -1,5 +1,5 @@
-"""``python -m bench [all|drain|tick|latency|memory|sqlite|cpu|single|reads|backfill|cleanup]
-[--smoke]``: see docs/benchmarks.md."""
+"""``python -m bench [all|drain|tick|latency|memory|sqlite|cpu|single|reads|backfill|cleanup|
+console] [--smoke]``: see docs/benchmarks.md."""
 
 from __future__ import annotations
 
@@ -17,12 +17,15 @@ SMOKE = {
     "memory": 1_500,
     "reads": (2_000, 1_000, 20, 5, 2.0),
     "cleanup": (2_000, 1_000, 300, 5.0, 1.0),
+    "console": (2_000, 1_000, 300, 5),
 }
 # reads: (entries, library items, samples, HTTP clients, HTTP seconds); cleanup: (entries,
-# used library items, unused library items, writes/s, seconds of the writer's baseline)
+# used library items, unused library items, writes/s, seconds of the writer's baseline);
+# console: (entries, used library items, unused library items, fetches of each page)
 FULL = {"entries": 20_000, "repeat": 3, "ticks": (1_000, 100_000, 1_000_000), "latency": 200,
         "memory": 100_000, "reads": (100_000, 50_000, 400, 50, 30.0),
-        "cleanup": (100_000, 40_000, 10_000, 20.0, 10.0)}  # fmt: skip
+        "cleanup": (100_000, 40_000, 10_000, 20.0, 10.0),
+        "console": (100_000, 40_000, 10_000, 100)}  # fmt: skip
 
 
 def machine() -> str:
@@ -53,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
             "reads",
             "backfill",
             "cleanup",
+            "console",
         ],
     )
     parser.add_argument("--smoke", action="store_true", help="tiny sizes: check the harness")
@@ -84,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     entries = args.entries or size["entries"]
     repeat = args.repeat or size["repeat"]
 
-    from bench import backfill, cleanup, cpu, drain, latency, memory, reads, single, tick
+    from bench import backfill, cleanup, console, cpu, drain, latency, memory, reads, single, tick
     from bench.env import Bench
 
     print(machine(), flush=True)
@@ -137,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
             report(reads.run(bench, site, library, samples, clients, seconds))
         if args.which in ("all", "cleanup"):
             report(cleanup.run(bench, *size["cleanup"]))
+        if args.which in ("all", "console"):
+            report(console.run(bench, *size["console"]))
     return 0
 
 

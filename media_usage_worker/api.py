@@ -36,7 +36,7 @@ from media_usage_worker.domain.content_model import FieldDefinition
 from media_usage_worker.domain.cursor import SLUG_ORDER, decode_cursor, usage_scope
 from media_usage_worker.domain.errors import InvalidArgument
 from media_usage_worker.domain.host_sources import HostSource
-from media_usage_worker.domain.pace import Pace
+from media_usage_worker.domain.pace import Pace, Sample
 from media_usage_worker.domain.vocabulary import DeletionState
 from media_usage_worker.domain.work import Page
 from media_usage_worker.pipeline import cleanup
@@ -46,7 +46,7 @@ from media_usage_worker.repository.index.usage import Coverage, ScopeCoverage, U
 from media_usage_worker.repository.lifecycle import deletion as deletion_store
 from media_usage_worker.repository.lifecycle.deletion import DeletionPage
 from media_usage_worker.repository.migration.migrate import open_migrated
-from media_usage_worker.repository.quarantine import audit_log
+from media_usage_worker.repository.quarantine import audit_log, listing
 from media_usage_worker.repository.quarantine import purge as purge_store
 from media_usage_worker.repository.quarantine.cleanup import (
     CleanupCounts,
@@ -54,6 +54,7 @@ from media_usage_worker.repository.quarantine.cleanup import (
     cleanup_counts,
     dangling,
 )
+from media_usage_worker.repository.quarantine.listing import MediaItem
 from media_usage_worker.repository.quarantine.purge import Undelivered
 from media_usage_worker.repository.reconciling import status as status_store
 from media_usage_worker.repository.reconciling.status import CollectionStatus, IndexTotals
@@ -74,10 +75,12 @@ __all__ = [
     "DeclaredRules",
     "DeletionPage",
     "IndexTotals",
+    "MediaItem",
     "MediaUsage",
     "RestoreResult",
     "RetireRefusal",
     "RetireResult",
+    "Sample",
     "ScopeCoverage",
     "StatusOverview",
     "Undelivered",
@@ -283,3 +286,27 @@ class MediaUsage:
     def cleanup_counts(self) -> CleanupCounts:
         """The clean-up's gauges: quarantine, undelivered and parked files, audit actions."""
         return cleanup_counts(self._engine)
+
+    def media_item(self, media_id: str) -> MediaItem | None:
+        """The item as the library holds it, or the quarantine (``retired_at`` set); ``None``
+        when neither has it."""
+        return listing.find_media_item(self._engine, check.named_identifier("media_id", media_id))
+
+    def history(self, media_id: str, limit: int = 50) -> list[dict[str, Any]]:
+        """The clean-up's actions on one item (retired, restored, purged), newest first."""
+        checked = check.named_identifier("media_id", media_id)
+        return listing.history(self._engine, checked, check.operator_limit(limit))
+
+    def quarantined(
+        self, limit: int | None = None, before: tuple[str, str] | None = None
+    ) -> list[MediaItem]:
+        """Retired items, the most recently retired first; ``before`` is the previous page's
+        last (``retired_at``, id)."""
+        return listing.quarantine_page(self._engine, check.operator_limit(limit), before)
+
+    def pace_samples(self, seconds: int = 3600) -> list[Sample]:
+        """The dispatch tick's samples of writes and queued work over the last ``seconds``
+        (an hour at most is kept), oldest first."""
+        if isinstance(seconds, bool) or not isinstance(seconds, int) or not 1 <= seconds <= 3600:
+            raise InvalidArgument("A pace window is 1 to 3600 seconds.")
+        return pace_store.samples_since(self._engine, seconds)

@@ -15,6 +15,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -97,13 +98,30 @@ class PostgresServer:
             popen_kwargs=self._popen_kwargs(), stdout=subprocess.DEVNULL, stderr=self._log(),
         )  # fmt: skip
         self.executor.start()
+        self._wait_until_accepting()
         return self
+
+    def _wait_until_accepting(self, timeout: float = 60.0) -> None:
+        """The port opens before recovery ends ("the database system is starting up"): wait
+        until a session can start, not just until the port answers."""
+        import psycopg
+
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                psycopg.connect(self.admin_url, connect_timeout=5).close()
+                return
+            except psycopg.OperationalError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)  # polling a server process that is still starting
 
     def restart(self) -> None:
         """Fast shutdown (SIGINT, like ``pg_ctl restart -m fast``) and start again."""
         assert self.executor is not None
         self.executor.stop(stop_signal=2)
         self.executor.start()
+        self._wait_until_accepting()
 
     def stop(self) -> None:
         if self.executor is not None:

@@ -61,6 +61,7 @@ def demo_command(
         width = max(len(label) for label, _ in lines) + 2
         for label, value in lines:
             click.echo(f"{label:<{width}}{value}")
+        click.echo(f"\nTo look at it in a browser: scripts/console {summary.directory / 'demo.db'}")
         click.echo("\nTo use the CLI, a worker or beat on this demo, set in your shell:")
         for name, value in environment.items():
             click.echo(f"  export {name}={shlex.quote(value)}")

@@ -1,6 +1,6 @@
-"""The API of ``media-usage serve`` (docs/api.md): the app and its routers. JSON only; every
-refusal is ``{"error": {"code", "message"}}``; every input is checked with the CLI's rules
-before I/O."""
+"""The API of ``media-usage serve`` (docs/api.md): the app and its routers. JSON, every
+refusal ``{"error": {"code", "message"}}``, except the console's pages under ``/console/``
+(docs/console.md); every input is checked with the CLI's rules before I/O."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ from media_usage_worker.api import MediaUsage
 from media_usage_worker.http import errors, security
 from media_usage_worker.http.bodies import MAX_HTTP_IDS
 from media_usage_worker.http.cleanup import cleanup_operator_routes, cleanup_read_routes
+from media_usage_worker.http.console import console_routes
+from media_usage_worker.http.console.static import mount_static
 from media_usage_worker.http.head import HeadAsGet
 from media_usage_worker.http.operator import collection_routes, work_routes
 from media_usage_worker.http.probes import probe_routes
@@ -58,4 +60,6 @@ def create_app(engine: sa.Engine, settings: ApiSettings) -> FastAPI:
     app.include_router(work_routes(engine, operate=operate))
     app.include_router(collection_routes(engine, operate=operate))
     app.include_router(cleanup_operator_routes(engine, settings, operate=operate))
+    app.include_router(console_routes(engine, settings))
+    mount_static(app)
     return app

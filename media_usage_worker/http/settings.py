@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from media_usage_worker.domain.errors import InvalidArgument, InvalidSetting
 from media_usage_worker.domain.policy import positive_setting
@@ -49,6 +50,17 @@ class ApiSettings:
     # Where ``POST /v1/media/purge`` hands purged files (docs/operations.md).
     purge: PurgeTarget = field(default_factory=PurgeTarget)
     purge_queue: str = "celery"
+    # The console (docs/console.md): a link into the host's admin per use (``{collection}``
+    # and ``{id}`` filled in), where thumbnails load from, and the key sessions are signed with
+    # (derived from the token when unset).
+    admin_url: str | None = None
+    media_base_url: str | None = None
+    console_key: str | None = None
+
+    @property
+    def storage_dir(self) -> Path | None:
+        """Where the media files are (``MEDIA_USAGE_STORAGE_DIR``): the console's thumbnails."""
+        return self.purge.directory
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ApiSettings:
@@ -70,6 +82,9 @@ class ApiSettings:
         except InvalidArgument as exc:
             raise InvalidSetting(str(exc)) from None
         return cls(
+            admin_url=_checked_url(env, "MEDIA_USAGE_ADMIN_URL", template=True),
+            media_base_url=_checked_url(env, "MEDIA_USAGE_MEDIA_BASE_URL", template=False),
+            console_key=_checked_console_key(env),
             purge=purge,
             purge_queue=env.get("MEDIA_USAGE_PURGE_QUEUE") or "celery",
             token=token,
@@ -79,3 +94,32 @@ class ApiSettings:
                 env, "MEDIA_USAGE_API_HEADER_TIMEOUT_SECONDS", 10
             ),
         )
+
+
+def _checked_url(env: Mapping[str, str], name: str, *, template: bool) -> str | None:
+    """An http(s) URL (or a path on this site) a page links to; a template must hold
+    ``{id}`` and may hold ``{collection}``, and nothing else in braces."""
+    value = env.get(name) or None
+    if value is None:
+        return None
+    fits = value.startswith(("https://", "http://", "/")) and not value.startswith("//")
+    printable = value.isascii() and value.isprintable() and " " not in value and len(value) <= 2000
+    if template:
+        rest = value.replace("{collection}", "").replace("{id}", "")
+        fits = fits and "{id}" in value and "{" not in rest and "}" not in rest
+    if not (fits and printable):
+        what = "with {id} (and optionally {collection}) in it" if template else ""
+        raise InvalidSetting(
+            f"{name} must be an http(s) URL or a path starting with /{' ' + what if what else ''}, "
+            f"not {value[:60]!r}."
+        )
+    return value
+
+
+def _checked_console_key(env: Mapping[str, str]) -> str | None:
+    key = env.get("MEDIA_USAGE_CONSOLE_KEY") or None
+    if key is not None and (len(key) < MIN_TOKEN_LENGTH or not key.isprintable()):
+        raise InvalidSetting(
+            f"MEDIA_USAGE_CONSOLE_KEY must be at least {MIN_TOKEN_LENGTH} printable characters."
+        )
+    return key

@@ -66,3 +66,7 @@ def test_every_benchmark_runs_and_prints_its_figures() -> None:
                          done.stdout), done.stdout  # fmt: skip
         assert re.search(rf"cleanup {dialect} retire --all-unused: [\d,]+ retired in",
                          done.stdout), done.stdout  # fmt: skip
+        # The console's pages, each with its latency.
+        for page in ("/console/ ", "/console/unused ", "/console/quarantine "):
+            assert re.search(rf"console {dialect} {page} p50 [\d.]+ ms  p99 [\d.]+ ms",
+                             done.stdout), done.stdout  # fmt: skip

@@ -13,6 +13,7 @@ from pathlib import Path
 from media_usage_worker.repository.base.db import create_engine
 from media_usage_worker.repository.index.usage import usage_page
 from tests.doc_examples import differences, examples
+from tests.http_server import serving
 from tests.index_oracle import actual_index, expected_index
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -76,6 +77,43 @@ def test_the_demo_indexes_every_entry_and_reports_it(tmp_path: Path) -> None:
         assert ("settings", "site:favicon") in {(e.kind, e.content_id) for e in favicon}
     finally:
         engine.dispose()
+
+    # The console on the demo's database (what scripts/console serves): its overview.
+    with serving(environment["MEDIA_USAGE_DATABASE_URL"], tmp_path,
+                 MEDIA_USAGE_API_PUBLIC_READS="1") as api:  # fmt: skip
+        overview = api.get("/console/", token=None)
+        assert overview.status == 200
+        assert 'data-testid="coverage" class="coverage-complete">complete<' in overview.text
+        for slug in ("articles", "products"):
+            assert f'data-scope="{slug}"' in overview.text
+        assert api.get("/console/unused", token=None).status == 200
+
+
+def test_scripts_console_serves_the_database_it_is_given(tmp_path: Path) -> None:
+    """``scripts/console`` in a checkout whose .venv is stubbed: which command does it run?"""
+    (tmp_path / "scripts").mkdir()
+    shutil.copy(ROOT / "scripts" / "console", tmp_path / "scripts" / "console")
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    bin_dir = tmp_path / ".venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    calls = tmp_path / "calls.txt"
+    for name in ("python", "media-usage"):
+        stub = bin_dir / name
+        stub.write_text(f'#!/bin/sh\necho "{name} $*" >> "{calls}"\n')
+        stub.chmod(0o755)
+    database = tmp_path / "demo.db"
+    database.write_bytes(b"")
+    env = {k: v for k, v in os.environ.items() if k != "MEDIA_USAGE_API_TOKEN"}
+    done = subprocess.run(["bash", str(tmp_path / "scripts" / "console"), str(database)],
+                          env=env, capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "operator token (sign in with it):" in done.stdout
+    lines = calls.read_text().splitlines()
+    assert any("pip install" in line and "[api]" in line for line in lines)
+    assert lines[-1] == f"media-usage serve --port 8080 --database-url sqlite:///{database}"
+    missing = subprocess.run(["bash", str(tmp_path / "scripts" / "console"), "nothing.db"],
+                             capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert missing.returncode == 2 and "no file nothing.db" in missing.stderr
 
 
 def test_scripts_demo_installs_once_until_pyproject_changes(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from media_usage_worker.domain.cursor import SLUG_ORDER, decode_cursor, encode_c
 from media_usage_worker.domain.host_sources import Scope
 from media_usage_worker.domain.rules import RulesState
 from media_usage_worker.domain.vocabulary import CoverageStatus
-from media_usage_worker.repository.base.db import read_transaction
+from media_usage_worker.repository.base.db import Bind, read_transaction
 from media_usage_worker.repository.base.predicates import being_deleted
 from media_usage_worker.repository.base.schema import (
     ADAPTER_ID,
@@ -311,10 +311,10 @@ def _entry(
     )
 
 
-def usage_count(engine: sa.Engine, media_id: str) -> tuple[Coverage, int | None]:
+def usage_count(bind: Bind, media_id: str) -> tuple[Coverage, int | None]:
     """The number of live entries using ``media_id``; ``None`` unless coverage is complete."""
     check.named_identifier("media_id", media_id)
-    with read_transaction(engine) as conn:
+    with read_transaction(bind) as conn:
         current = read_coverage(conn)
         count = usage_counts(conn, [media_id])[media_id]
     return current, count if current.complete else None

@@ -228,12 +228,12 @@ def _retire_batch(
     return RetireResult(candidates, {i: refused[i] for i in ids if i in refused})
 
 
-def restore_batch(engine: sa.Engine, ids: Sequence[str], actor: str) -> RestoreResult:
+def restore_batch(bind: Bind, ids: Sequence[str], actor: str) -> RestoreResult:
     """Put quarantined items back into the library exactly as they were. The quarantine rows
     are locked first, so a restore racing a purge either wins whole (the purge finds the row
     gone) or loses whole (the row is gone when the lock is granted)."""
     refused: dict[str, RestoreRefusal] = {}
-    with transaction(engine) as conn:
+    with transaction(bind) as conn:
         held = lock_rows(conn, quarantine, ids)
         present = set(conn.execute(sa.select(m.id).where(m.id.in_(ids))).scalars())
         purged = _purged(conn, [i for i in ids if i not in held and i not in present])

@@ -129,12 +129,12 @@ def _content_sources(collection_id: str) -> list[sa.ColumnElement[bool]]:
 # --- finding and claiming ------------------------------------------------------------------
 
 
-def drop_finished(engine: sa.Engine) -> bool:
+def drop_finished(bind: Bind) -> bool:
     """Delete coordinators whose collection no longer needs reconciling.
 
     ``False`` (and nothing done) while capture is not activated: no run may start then.
     """
-    with transaction(engine) as conn:
+    with transaction(bind) as conn:
         if not is_activation_active(conn):
             return False
         conn.execute(
@@ -146,7 +146,7 @@ def drop_finished(engine: sa.Engine) -> bool:
     return True
 
 
-def reopen_failed_after_new_writes(engine: sa.Engine) -> None:
+def reopen_failed_after_new_writes(bind: Bind) -> None:
     """A failed run is retried once the collection was written again (epoch moved on)."""
     moved_on = sa.exists(
         sa.select(1).where(
@@ -155,7 +155,7 @@ def reopen_failed_after_new_writes(engine: sa.Engine) -> None:
             _st.change_epoch > _rc.target_epoch,
         )
     )
-    with transaction(engine) as conn:
+    with transaction(bind) as conn:
         conn.execute(
             reconciliations.update()
             .where(_rc.state == ReconciliationState.FAILED, moved_on)
@@ -169,7 +169,7 @@ def reopen_failed_after_new_writes(engine: sa.Engine) -> None:
         )  # fmt: skip
 
 
-def seed(engine: sa.Engine) -> None:
+def seed(bind: Bind) -> None:
     """A coordinator for every registered, captured collection that needs reconciling."""
     needing = (
         sa.select(_st.collection_id, _st.scope_key)
@@ -184,7 +184,7 @@ def seed(engine: sa.Engine) -> None:
         )
         .order_by(_st.collection_id)
     )
-    with transaction(engine) as conn:
+    with transaction(bind) as conn:
         for collection_id, slug in conn.execute(needing).all():
             conn.execute(
                 reconciliations.insert().values(
@@ -253,13 +253,13 @@ def _update_held(conn: sa.Connection, c: Coordinator, **values: Any) -> bool:
     return _LEASES.move_held(conn, c.collection_id, c.lease_token, **values) is not None
 
 
-def release(engine: sa.Engine, c: Coordinator, delay: int = 0, **progress: Any) -> bool:
+def release(bind: Bind, c: Coordinator, delay: int = 0, **progress: Any) -> bool:
     """Give the lease back, due again in ``delay`` seconds, with the step's progress."""
-    with transaction(engine) as conn:
+    with transaction(bind) as conn:
         return _update_held(conn, c, **unleased(ReconciliationState.PENDING, delay), **progress)
 
 
-def release_to_wait(engine: sa.Engine, c: Coordinator, delay: int, *, for_all: bool) -> bool:
+def release_to_wait(bind: Bind, c: Coordinator, delay: int, *, for_all: bool) -> bool:
     """Give the lease back to wait for the workers: due again in ``delay`` seconds, or at once
     if what it waits for has happened already: the collection's work has almost drained (the
     scan, to queue more), or, ``for_all``, none is left but failed items (the barrier).
@@ -271,27 +271,27 @@ def release_to_wait(engine: sa.Engine, c: Coordinator, delay: int, *, for_all: b
     unfinished = sa.exists(sa.select(1).where(*_run_work(c), _w.state != WorkState.FAILED))
     done = ~unfinished if for_all else _almost_drained(c.collection_id)
     soon = sa.case((done, db_now()), else_=db_now(delay))
-    with transaction(engine) as conn:
+    with transaction(bind) as conn:
         return _update_held(
             conn, c, **unleased(ReconciliationState.PENDING, None), next_attempt_at=soon
         )
 
 
-def record_retry(engine: sa.Engine, c: Coordinator, code: ErrorCode, delay: int) -> None:
-    with transaction(engine) as conn:
+def record_retry(bind: Bind, c: Coordinator, code: ErrorCode, delay: int) -> None:
+    with transaction(bind) as conn:
         _update_held(
             conn, c, **unleased(ReconciliationState.RETRY, delay),
             attempt_count=_rc.attempt_count + 1, last_error_code=code,
         )  # fmt: skip
 
 
-def record_failed(engine: sa.Engine, c: Coordinator, code: ErrorCode) -> None:
+def record_failed(bind: Bind, c: Coordinator, code: ErrorCode) -> None:
     """Fail the run for good: the coordinator and the coverage row in one transaction.
 
     One transaction, because a worker killed between the coordinator's "failed" and the
     coverage row would leave coverage "running" with this run's cursor, which nothing reopens.
     """
-    with transaction(engine) as conn:
+    with transaction(bind) as conn:
         if _update_held(
             conn, c, **unleased(ReconciliationState.FAILED, None),
             attempt_count=_rc.attempt_count + 1, last_error_code=code,
@@ -326,18 +326,18 @@ def _finish_failed_coverage(conn: sa.Connection, c: Coordinator, code: ErrorCode
 # --- a run -----------------------------------------------------------------------------------
 
 
-def run_still_owned(engine: sa.Engine, c: Coordinator) -> bool:
-    with transaction(engine) as conn:
+def run_still_owned(bind: Bind, c: Coordinator) -> bool:
+    with transaction(bind) as conn:
         return conn.execute(sa.select(1).where(*_owns_run(c))).first() is not None
 
 
-def start_run(engine: sa.Engine, c: Coordinator) -> RunStart | None:
+def start_run(bind: Bind, c: Coordinator) -> RunStart | None:
     """Bump the epoch and take the status row for this run; ``None`` if another run has it.
 
     The same transaction reads the fields and the scan's upper bound, so the run indexes what
     the collection was at its epoch.
     """
-    with transaction(engine) as conn:
+    with transaction(bind) as conn:
         epoch = conn.execute(
             index_status.update()
             .where(
@@ -366,7 +366,7 @@ def start_run(engine: sa.Engine, c: Coordinator) -> RunStart | None:
     return RunStart(int(epoch), field_list, upper)
 
 
-def scan_page(engine: sa.Engine, c: Coordinator, limit: int) -> list[str]:
+def scan_page(bind: Bind, c: Coordinator, limit: int) -> list[str]:
     """The next content ids of the scan, up to the id that was largest when the run began."""
     if c.scan_upper_id is None:
         return []
@@ -374,19 +374,19 @@ def scan_page(engine: sa.Engine, c: Coordinator, limit: int) -> list[str]:
     query = sa.select(content.c.id).where(content.c.id <= c.scan_upper_id)
     if c.scan_cursor is not None:
         query = query.where(content.c.id > c.scan_cursor)
-    with transaction(engine) as conn:
+    with transaction(bind) as conn:
         return list(conn.execute(query.order_by(content.c.id).limit(limit)).scalars())
 
 
-def source_upper_key(engine: sa.Engine, c: Coordinator) -> str | None:
-    with transaction(engine) as conn:
+def source_upper_key(bind: Bind, c: Coordinator) -> str | None:
+    with transaction(bind) as conn:
         upper: str | None = conn.execute(
             sa.select(sa.func.max(_s.source_key)).where(*_content_sources(c.collection_id))
         ).scalar_one_or_none()
     return upper
 
 
-def source_page(engine: sa.Engine, c: Coordinator, limit: int) -> list[tuple[str, str]]:
+def source_page(bind: Bind, c: Coordinator, limit: int) -> list[tuple[str, str]]:
     """The next (source key, content id) pairs of the sources phase, up to its upper key."""
     if c.source_upper_key is None:
         return []
@@ -395,19 +395,19 @@ def source_page(engine: sa.Engine, c: Coordinator, limit: int) -> list[tuple[str
     )
     if c.source_cursor is not None:
         query = query.where(_s.source_key > c.source_cursor)
-    with transaction(engine) as conn:
+    with transaction(bind) as conn:
         return [(k, i) for k, i in conn.execute(query.order_by(_s.source_key).limit(limit))]
 
 
-def present_content_ids(engine: sa.Engine, slug: str, candidates: list[str]) -> set[str]:
+def present_content_ids(bind: Bind, slug: str, candidates: list[str]) -> set[str]:
     content = scope_columns(slug)
-    with transaction(engine) as conn:
+    with transaction(bind) as conn:
         return set(
             conn.execute(sa.select(content.c.id).where(content.c.id.in_(candidates))).scalars()
         )
 
 
-def work_states(engine: sa.Engine, c: Coordinator) -> set[WorkState]:
+def work_states(bind: Bind, c: Coordinator) -> set[WorkState]:
     """The distinct states of the run's own work rows, and ``failed`` if any row of the
     collection failed (empty: the run has nothing left to wait for). Writes queued during the
     run are not waited for: the run can end while the site keeps writing."""
@@ -417,11 +417,11 @@ def work_states(engine: sa.Engine, c: Coordinator) -> set[WorkState]:
         .where(sa.or_(sa.and_(*_run_work(c)), sa.and_(
             _w.collection_id == c.collection_id, _w.state == WorkState.FAILED)))
     )  # fmt: skip
-    with transaction(engine) as conn:
+    with transaction(bind) as conn:
         return {WorkState(state) for state in conn.execute(query).scalars()}
 
 
-def drop_foreign_rows(engine: sa.Engine, c: Coordinator) -> int:
+def drop_foreign_rows(bind: Bind, c: Coordinator) -> int:
     """Delete the index rows of the collection this project did not write and no read trusts:
     emdash's own, keyed by the collection's slug (written by its in-process refresh before
     capture, or beside it on 0.32), and occurrences of a superseded generation (emdash leaves
@@ -449,7 +449,7 @@ def drop_foreign_rows(engine: sa.Engine, c: Coordinator) -> int:
         generation_writes.c.generation == occurrences.c.generation,
     )
     own = sa.select(_s.source_key).where(*_content_sources(c.collection_id))
-    with transaction(engine) as conn:
+    with transaction(bind) as conn:
         deleted = conn.execute(
             occurrences.delete().where(occurrences.c.source_key.in_(legacy))
         ).rowcount
@@ -472,7 +472,7 @@ _LOCK_RUN_STATUS = (
 )
 
 
-def finalize(engine: sa.Engine, c: Coordinator) -> CoverageStatus | None:
+def finalize(bind: Bind, c: Coordinator) -> CoverageStatus | None:
     """End the run: every entry is indexed under the run's rules except those a write queued
     since, so coverage becomes ``complete``, or ``stale`` while such writes still wait (their
     completions restore ``complete``), and reconciliation is no longer required. ``None`` when
@@ -485,7 +485,7 @@ def finalize(engine: sa.Engine, c: Coordinator) -> CoverageStatus | None:
     held = sa.exists(sa.select(1).where(*_held(c), _rc.phase == ReconciliationPhase.SOURCES))
     writes_wait = sa.exists(sa.select(1).where(_w.collection_id == c.collection_id))
     params = {"p_collection_id": c.collection_id, "p_slug": c.collection_slug}
-    with transaction(engine) as conn:
+    with transaction(bind) as conn:
         epoch = conn.execute(_LOCK_RUN_STATUS, params).scalar_one_or_none()
         if epoch is None:
             return None

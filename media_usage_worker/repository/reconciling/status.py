@@ -13,7 +13,7 @@ from media_usage_worker.domain.rules import RulesState
 from media_usage_worker.domain.timestamps import seconds_between
 from media_usage_worker.domain.vocabulary import CoverageStatus, WorkState
 from media_usage_worker.repository.base.clock import db_now, is_due
-from media_usage_worker.repository.base.db import read_transaction
+from media_usage_worker.repository.base.db import Bind, read_transaction
 from media_usage_worker.repository.base.schema import (
     ADAPTER_ID,
     SCOPE_TYPE,
@@ -104,9 +104,9 @@ _DUE_SINCE = [
 ]
 
 
-def overview(engine: sa.Engine) -> Overview:
+def overview(bind: Bind) -> Overview:
     """(activation state, aggregate coverage, per-collection details)."""
-    with read_transaction(engine) as conn:
+    with read_transaction(bind) as conn:
         now = conn.execute(sa.select(db_now())).scalar_one()
         capture = conn.execute(sa.select(activation.c.state)).scalar_one_or_none() or "missing"
         rows = conn.execute(_STATUS_ROWS).all()
@@ -207,10 +207,10 @@ class IndexTotals:
     references: int
 
 
-def index_totals(engine: sa.Engine) -> dict[str, IndexTotals]:
+def index_totals(bind: Bind) -> dict[str, IndexTotals]:
     """Per collection slug: entries with a current source, and their current occurrences."""
     s, o = sources.c, occurrences.c
-    with read_transaction(engine) as conn:
+    with read_transaction(bind) as conn:
         entries: dict[str, int] = dict(
             conn.execute(
                 sa.select(s.collection_slug, sa.func.count(sa.distinct(s.content_id))).group_by(

@@ -15,7 +15,7 @@ from media_usage_worker.domain.errors import InvalidSource
 from media_usage_worker.domain.host_sources import HostSource, built_in_for
 from media_usage_worker.domain.vocabulary import ErrorCode
 from media_usage_worker.repository.base import schema
-from media_usage_worker.repository.base.db import read_transaction, transaction
+from media_usage_worker.repository.base.db import Bind, read_transaction, transaction
 from media_usage_worker.repository.lifecycle.activation import capture_source, is_activation_active
 from media_usage_worker.repository.registry.collections import Collection, invalidate_coverage
 from media_usage_worker.repository.registry.host_sources import (
@@ -51,13 +51,13 @@ def register_built_in_sources(conn: sa.Connection) -> list[str]:
     return changed
 
 
-def sync_built_in_sources(engine: sa.Engine) -> list[str]:
+def sync_built_in_sources(bind: Bind) -> list[str]:
     """``register_built_in_sources`` for the reconcile tick: it reads first and takes a write
     transaction only when a table changed."""
-    with read_transaction(engine) as conn:
+    with read_transaction(bind) as conn:
         if not _changes(conn):
             return []
-    with transaction(engine) as conn:
+    with transaction(bind) as conn:
         return register_built_in_sources(conn)
 
 

@@ -73,3 +73,14 @@ def read_pace(bind: Bind) -> Pace | None:
     if len(rows) < 2:
         return None
     return pace_between(Sample(*rows[0]), Sample(*rows[-1]))
+
+
+def samples_since(bind: Bind, seconds: int) -> list[Sample]:
+    """The samples of the last ``seconds`` (at most an hour is kept), oldest first."""
+    window = (
+        sa.select(_p.sampled_at, _p.writes, _p.queued)
+        .where(_p.sampled_at >= db_now(-seconds))
+        .order_by(_p.sampled_at)
+    )
+    with read_transaction(bind) as conn:
+        return [Sample(*row) for row in conn.execute(window)]
