@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from celery import Task
@@ -66,9 +67,9 @@ def process_work(collection_id: Any, content_id: Any, work_version: Any) -> dict
     """Claim, refresh and complete (or retry/fail) one item: a batch of one, whose outcome is
     the result."""
     ran = _process(TaskName.PROCESS_WORK, [(collection_id, content_id, work_version)])
-    if isinstance(ran, str):
-        return {"outcome": Outcome.CLAIM_LOST.value, "reason": ran}
-    (result,) = ran
+    if ran.skipped is not None:
+        return {"outcome": Outcome.CLAIM_LOST.value, "reason": ran.skipped}
+    (result,) = ran.results
     # The outcome is the task's result: Flower shows it from the task-succeeded event, so a
     # custom event per item would only double the event traffic. An item that failed for good
     # ends the task as a failure instead (see _reported).
@@ -83,28 +84,36 @@ def process_batch(items: Any) -> dict[str, Any]:
     """Process up to 1,000 items (``[collection_id, content_id, work_version]`` each) through the
     same path as one; the result counts the outcomes and names the items that failed."""
     ran = _process(TaskName.PROCESS_BATCH, items if isinstance(items, list) else [])
-    if isinstance(ran, str):
-        return {"outcomes": {}, "reason": ran}
-    failed = [r for r in ran if r.outcome == Outcome.FAILED]
+    if ran.skipped is not None:
+        return {"outcomes": {}, "reason": ran.skipped}
+    failed = [r for r in ran.results if r.outcome == Outcome.FAILED]
     summary = {
-        "items": len(ran),
-        "outcomes": dict(Counter(str(r.outcome) for r in ran)),
+        "items": len(ran.results),
+        "outcomes": dict(Counter(str(r.outcome) for r in ran.results)),
         "failed": [[r.collection_id, r.content_id, str(r.error_code)] for r in failed],
     }
     return _reported(summary, failed)
 
 
-def _process(task: TaskName, items: Sequence[Sequence[object]]) -> list[ProcessResult] | str:
+@dataclass(frozen=True)
+class Processed:
+    """The items' results; or, when nothing ran, why (``skipped``)."""
+
+    results: list[ProcessResult] = field(default_factory=list)
+    skipped: str | None = None
+
+
+def _process(task: TaskName, items: Sequence[Sequence[object]]) -> Processed:
     """The items' results, or why nothing ran (the schema is not ready; an invalid message)."""
     engine = migrated_engine()
     if engine is None:
-        return waiting_for()
+        return Processed(skipped=waiting_for())
     try:
         checked = checked_items(items)
     except InvalidArgument as exc:
         # Forged or corrupted message: rejected whole, nothing changed, never retried.
         log.warning("%s ignored an invalid message: %s", task.value, exc)
-        return "invalid message"
+        return Processed(skipped="invalid message")
     lease = settings.lease_seconds()
     results = BatchRun(
         engine,
@@ -118,7 +127,7 @@ def _process(task: TaskName, items: Sequence[Sequence[object]]) -> list[ProcessR
     if task == TaskName.PROCESS_BATCH:
         # Batches are sent only for a backlog: keep it flowing without waiting for a tick.
         top_up(engine)
-    return results
+    return Processed(results)
 
 
 def _reconcile_now(engine: Engine) -> Callable[[], None]:

@@ -179,6 +179,8 @@ def test_an_operator_reads_retires_and_restores_from_the_console(
         with db.connect() as conn:
             back = conn.execute(sa.text("SELECT id FROM media WHERE id = :i"), {"i": unused[0]})
             assert back.scalar_one() == unused[0]
+        page.get_by_role("link", name="Overview").click()
+        assert page.get_by_test_id("quarantined").inner_text() == "1 item(s)"
 
         # A media item's uses, with a link into the host's admin.
         page.goto(f"{base}/console/media/m4")

@@ -282,7 +282,10 @@ def _unused_routes(router: APIRouter, console: Console) -> None:
                                    ("trashed", trashed)) if v}  # fmt: skip
         back = "/console/unused" + ("?" + urlencode(query) if query else "")
         next_href = "/console/unused?" + urlencode({**query, "cursor": page.next_cursor or ""})
-        incomplete = [s for s in console.index.coverage().scopes if s.status != "complete"]
+        incomplete = (
+            [] if page.known
+            else [s for s in console.index.coverage().scopes if s.status != "complete"]
+        )  # fmt: skip
         return console.page(
             request, "unused.html", "Unused media", page=page, chosen=chosen, types=TYPES,
             back=back, next_href=next_href, incomplete=incomplete,

@@ -12,7 +12,6 @@ indexes it (``restore_used``).
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 from collections.abc import Callable, Sequence
@@ -80,14 +79,14 @@ __all__ = [
     "unused_items",
 ]
 
-m, q, s, u = media.c, quarantine.c, sources.c, occurrences.c
+_m, _q, _s, _o = media.c, quarantine.c, sources.c, occurrences.c
 
 log = logging.getLogger(__name__)
 
 
 # Each occurrence with the source whose current generation it is.
 _CURRENT_OCCURRENCES = occurrences.join(
-    sources, sa.and_(s.source_key == u.source_key, s.current_generation == u.generation)
+    sources, sa.and_(_s.source_key == _o.source_key, _s.current_generation == _o.generation)
 )
 
 
@@ -99,25 +98,27 @@ def _uses(media_id: Any, *, live_only: bool = False) -> sa.Exists:
     sources is needed: one probe of the occurrences' media id index, which the planner can
     also walk beside the library's ids (a merge anti-join) for a whole listing."""
     if not live_only:
-        return sa.exists(sa.select(1).where(u.media_id == media_id))
+        return sa.exists(sa.select(1).where(_o.media_id == media_id))
 
     return sa.exists(
         sa.select(1)
         .select_from(_CURRENT_OCCURRENCES)
-        .where(u.media_id == media_id, s.content_deleted_at.is_(None))
+        .where(_o.media_id == media_id, _s.content_deleted_at.is_(None))
     )
 
 
 def _selection(chosen: UnusedFilter) -> list[sa.ColumnElement[bool]]:
     """The library items an unused listing (or ``retire --all-unused``) takes."""
-    where = [_uses(m.id), ~_uses(m.id, live_only=True)] if chosen.trashed_only else [~_uses(m.id)]
+    where = (
+        [_uses(_m.id), ~_uses(_m.id, live_only=True)] if chosen.trashed_only else [~_uses(_m.id)]
+    )
     if chosen.older_than_days is not None:
         # Day granularity: the first ten characters of every timestamp format a host may
         # have written (emdash's legacy text, ISO 8601) are the date, and sort alike.
         cutoff = sa.func.substr(db_now(-86_400 * chosen.older_than_days), 1, 10)
-        where.append(sa.func.substr(m.created_at, 1, 10) < cutoff)
+        where.append(sa.func.substr(_m.created_at, 1, 10) < cutoff)
     if chosen.mime_prefix is not None:
-        where.append(sa.func.substr(m.mime_type, 1, len(chosen.mime_prefix)) == chosen.mime_prefix)
+        where.append(sa.func.substr(_m.mime_type, 1, len(chosen.mime_prefix)) == chosen.mime_prefix)
     return where
 
 
@@ -152,25 +153,25 @@ def unused_items(
             if waiting is None or len(waiting) > MAX_WAITING_IDS:
                 return UnusedRead(coverage.status, False, [], None)
             if waiting:
-                where.append(m.id.not_in(sorted(waiting)))
-        page = sa.select(m.id, m.filename, m.mime_type, m.size, m.storage_key, m.created_at)
-        page = page.where(*where).order_by(m.id).limit(limit)
+                where.append(_m.id.not_in(sorted(waiting)))
+        page = sa.select(_m.id, _m.filename, _m.mime_type, _m.size, _m.storage_key, _m.created_at)
+        page = page.where(*where).order_by(_m.id).limit(limit)
         if after is not None:
-            page = page.where(m.id > after)
+            page = page.where(_m.id > after)
         items = [UnusedItem(*row) for row in conn.execute(page)]
         if not totals:
             return UnusedRead(coverage.status, True, items, None)
         count, size = conn.execute(
-            sa.select(sa.func.count(), sa.func.coalesce(sa.func.sum(m.size), 0)).where(*where)
+            sa.select(sa.func.count(), sa.func.coalesce(sa.func.sum(_m.size), 0)).where(*where)
         ).one()
     return UnusedRead(coverage.status, True, items, (int(count), int(size)))
 
 
 def unused_ids(bind: Bind, chosen: UnusedFilter, after: str | None, limit: int) -> list[str]:
     """The ids of the next ``limit`` unused items after ``after`` (``retire --all-unused``)."""
-    query = sa.select(m.id).where(*_selection(chosen)).order_by(m.id).limit(limit)
+    query = sa.select(_m.id).where(*_selection(chosen)).order_by(_m.id).limit(limit)
     if after is not None:
-        query = query.where(m.id > after)
+        query = query.where(_m.id > after)
     with read_transaction(bind) as conn:
         return list(conn.execute(query).scalars())
 
@@ -210,7 +211,7 @@ def _retire_batch(
         # Locked before anything is read of them: a host edit in flight is waited for (and
         # kept), and a second retirement of the same ids finds them gone, not duplicated.
         in_library = lock_rows(conn, media, ids)
-        retired = set(conn.execute(sa.select(q.id).where(q.id.in_(ids))).scalars())
+        retired = set(conn.execute(sa.select(_q.id).where(_q.id.in_(ids))).scalars())
         for media_id in ids:
             if media_id in retired:
                 refused[media_id] = RetireRefusal.ALREADY_RETIRED
@@ -235,7 +236,7 @@ def restore_batch(bind: Bind, ids: Sequence[str], actor: str) -> RestoreResult:
     refused: dict[str, RestoreRefusal] = {}
     with transaction(bind) as conn:
         held = lock_rows(conn, quarantine, ids)
-        present = set(conn.execute(sa.select(m.id).where(m.id.in_(ids))).scalars())
+        present = set(conn.execute(sa.select(_m.id).where(_m.id.in_(ids))).scalars())
         purged = _purged(conn, [i for i in ids if i not in held and i not in present])
         for media_id in ids:
             if media_id in present:
@@ -309,19 +310,24 @@ def _move(
     conn.execute(source.delete().where(source.c.id.in_(ids)))
 
 
-@functools.cache
-def _dangling_statement() -> sa.Select[Any]:
-    # Current local references to an id in neither the library nor the quarantine.
+# The ids the occurrences name that neither the library nor the quarantine has: each distinct id
+# is probed once (the occurrences' media id index, read in order), not once per occurrence.
+_NAMED = sa.select(_o.media_id).where(_o.media_id.isnot(None)).distinct().subquery("named")
+_MISSING_IDS = sa.select(_NAMED.c.media_id).where(
+    ~sa.exists(sa.select(1).where(_m.id == _NAMED.c.media_id)),
+    ~sa.exists(sa.select(1).where(_q.id == _NAMED.c.media_id)),
+)
+# Missing ids bound as a list up to this many; beyond, the references are found by a join.
+_MISSING_AS_LIST = 1000
 
+
+def _dangling_statement(missing: sa.ColumnElement[bool]) -> sa.Select[Any]:
+    """Current local references whose id is ``missing``, by id and place."""
     return (
-        sa.select(u.media_id, s.collection_slug, s.content_id, u.field_path)
+        sa.select(_o.media_id, _s.collection_slug, _s.content_id, _o.field_path)
         .select_from(_CURRENT_OCCURRENCES)
-        .where(
-            u.media_id.isnot(None),
-            ~sa.exists(sa.select(1).where(m.id == u.media_id)),
-            ~sa.exists(sa.select(1).where(q.id == u.media_id)),
-        )
-        .order_by(u.media_id, s.collection_slug, s.content_id, u.field_path)
+        .where(missing)
+        .order_by(_o.media_id, _s.collection_slug, _s.content_id, _o.field_path)
     )
 
 
@@ -352,13 +358,28 @@ class DanglingRead(NamedTuple):
 def dangling(bind: Bind, limit: int) -> DanglingRead:
     """Up to ``limit`` references to no library item, with where they are, and how many there
     are."""
-    statement = _dangling_statement()
     with read_transaction(bind) as conn:
+        missing = _missing(conn)
+        if missing is None:
+            return DanglingRead([], 0)
+        statement = _dangling_statement(missing)
         rows = [DanglingReference(*row) for row in conn.execute(statement.limit(limit))]
-        total = conn.execute(
-            sa.select(sa.func.count()).select_from(statement.order_by(None).subquery())
-        ).scalar_one()
-    return DanglingRead(rows, int(total))
+        return DanglingRead(rows, _count(conn, statement))
+
+
+def _missing(conn: sa.Connection) -> sa.ColumnElement[bool] | None:
+    """Which occurrences name a missing id: None when no id is missing (the usual case)."""
+    missing_ids = list(conn.execute(_MISSING_IDS.limit(_MISSING_AS_LIST + 1)).scalars())
+    if not missing_ids:
+        return None
+    if len(missing_ids) <= _MISSING_AS_LIST:
+        return _o.media_id.in_(missing_ids)
+    return _o.media_id.in_(_MISSING_IDS.scalar_subquery())
+
+
+def _count(conn: sa.Connection, statement: sa.Select[Any]) -> int:
+    counted = sa.select(sa.func.count()).select_from(statement.order_by(None).subquery())
+    return int(conn.execute(counted).scalar_one())
 
 
 @dataclass(frozen=True)
@@ -373,11 +394,11 @@ class CleanupCounts:
 def cleanup_counts(bind: Bind) -> CleanupCounts:
     """What the metrics show of the clean-up: items in the quarantine, dangling references,
     restores a later use made, purged files not yet handed to the host."""
-    dangling_refs = _dangling_statement().order_by(None).subquery()
     with read_transaction(bind) as conn:
+        missing = _missing(conn)
         return CleanupCounts(
             conn.execute(sa.select(sa.func.count()).select_from(quarantine)).scalar_one(),
-            conn.execute(sa.select(sa.func.count()).select_from(dangling_refs)).scalar_one(),
+            0 if missing is None else _count(conn, _dangling_statement(missing)),
             conn.execute(
                 sa.select(sa.func.count()).where(
                     audit.c.actor == "worker", audit.c.action == "restore"

@@ -28,14 +28,14 @@ from media_usage_worker.repository.quarantine.fence import (
     refused_by_rule,
 )
 
-q, p = quarantine.c, purges.c
+_q, _pg = quarantine.c, purges.c
 
 # Failed deliveries of one key before it is parked (then only an operator acts on it).
 MAX_DELIVERY_ATTEMPTS = 5
 
 
 def _old_enough(older_than_days: int) -> sa.ColumnElement[bool]:
-    return q.retired_at < db_now(-86_400 * older_than_days)
+    return _q.retired_at < db_now(-86_400 * older_than_days)
 
 
 def purgeable(
@@ -45,14 +45,14 @@ def purgeable(
     ``older_than_days`` days ago (by the database's clock), oldest first, after the position
     ``after`` (retired_at, id): a keyset, so items a batch kept are passed, not read again."""
     query = (
-        sa.select(q.retired_at, q.id, q.storage_key)
+        sa.select(_q.retired_at, _q.id, _q.storage_key)
         .where(_old_enough(older_than_days))
-        .order_by(q.retired_at, q.id)
+        .order_by(_q.retired_at, _q.id)
         .limit(limit)
     )
     if after is not None:
         query = query.where(
-            sa.or_(q.retired_at > after[0], sa.and_(q.retired_at == after[0], q.id > after[1]))
+            sa.or_(_q.retired_at > after[0], sa.and_(_q.retired_at == after[0], _q.id > after[1]))
         )
     with read_transaction(bind) as conn:
         return [(at, i, key) for at, i, key in conn.execute(query)]
@@ -100,10 +100,8 @@ def _purge_batch(
     with transaction(engine) as conn:
         hold_fence(conn)
         held = lock_rows(conn, quarantine, ids)
-        old = set(
-            conn.execute(sa.select(q.id).where(q.id.in_(list(held)), _old_enough(older_than_days)))
-            .scalars()
-        )  # fmt: skip
+        aged = sa.select(_q.id).where(_q.id.in_(list(held)), _old_enough(older_than_days))
+        old = set(conn.execute(aged).scalars())
         for media_id in ids:
             if media_id not in held:
                 kept[media_id] = PurgeRefusal.NOT_RETIRED  # restored (or purged) meanwhile
@@ -123,10 +121,10 @@ def _purge_batch(
             conn.execute(
                 purges.insert().from_select(
                     ["media_id", "storage_key", "purged_at"],
-                    sa.select(q.id, q.storage_key, db_now()).where(q.id.in_(chosen)),
+                    sa.select(_q.id, _q.storage_key, db_now()).where(_q.id.in_(chosen)),
                 )
             )
-            conn.execute(quarantine.delete().where(q.id.in_(chosen)))
+            conn.execute(quarantine.delete().where(_q.id.in_(chosen)))
             write_audit(conn, actor, "purge", chosen, None)
     return PurgeBatch(chosen, {i: kept[i] for i in ids if i in kept})
 
@@ -148,15 +146,23 @@ def undelivered_page(
     media id); ``parked``: only parked ones (True), only those still tried (False), all
     (None)."""
     query = sa.select(
-        p.media_id, p.storage_key, p.purged_at, p.attempt_count, p.last_error, p.parked_at
+        _pg.media_id,
+        _pg.storage_key,
+        _pg.purged_at,
+        _pg.attempt_count,
+        _pg.last_error,
+        _pg.parked_at,
     )
     if parked is not None:
-        query = query.where(p.parked_at.isnot(None) if parked else p.parked_at.is_(None))
+        query = query.where(_pg.parked_at.isnot(None) if parked else _pg.parked_at.is_(None))
     if after is not None:
         query = query.where(
-            sa.or_(p.purged_at > after[0], sa.and_(p.purged_at == after[0], p.media_id > after[1]))
+            sa.or_(
+                _pg.purged_at > after[0],
+                sa.and_(_pg.purged_at == after[0], _pg.media_id > after[1]),
+            )
         )
-    query = query.order_by(p.purged_at, p.media_id).limit(limit)
+    query = query.order_by(_pg.purged_at, _pg.media_id).limit(limit)
     with read_transaction(bind) as conn:
         return [Undelivered(*row) for row in conn.execute(query)]
 
@@ -168,24 +174,24 @@ def undelivered(bind: Bind, limit: int) -> list[tuple[str, str]]:
 
 def delivered(bind: Bind, media_ids: Sequence[str]) -> None:
     with transaction(bind) as conn:
-        conn.execute(purges.delete().where(p.media_id.in_(media_ids)))
+        conn.execute(purges.delete().where(_pg.media_id.in_(media_ids)))
 
 
 def delivery_failed(bind: Bind, media_id: str, error: str, *, park_now: bool = False) -> bool:
     """Count a failed delivery; the key is parked at ``MAX_DELIVERY_ATTEMPTS`` failures, or at
     once with ``park_now`` (a key that can never be delivered). Whether it is parked now."""
-    attempts = p.attempt_count + 1
+    attempts = _pg.attempt_count + 1
     parks = sa.true() if park_now else attempts >= MAX_DELIVERY_ATTEMPTS
     with transaction(bind) as conn:
         parked = conn.execute(
             purges.update()
-            .where(p.media_id == media_id)
+            .where(_pg.media_id == media_id)
             .values(
                 attempt_count=attempts,
                 last_error=error[:500],
-                parked_at=sa.case((parks, db_now()), else_=p.parked_at),
+                parked_at=sa.case((parks, db_now()), else_=_pg.parked_at),
             )
-            .returning(p.parked_at)
+            .returning(_pg.parked_at)
         ).scalar_one_or_none()
     return parked is not None
 
@@ -194,10 +200,8 @@ def forget_undelivered(bind: Bind, storage_key: str, actor: str) -> list[str]:
     """Drop every undelivered file of ``storage_key`` (the operator deletes it, or knows it is
     gone); audited. The media ids whose file it was."""
     with transaction(bind) as conn:
-        ids = sorted(
-            conn.execute(purges.delete().where(p.storage_key == storage_key).returning(p.media_id))
-            .scalars()
-        )  # fmt: skip
+        forgotten = purges.delete().where(_pg.storage_key == storage_key).returning(_pg.media_id)
+        ids = sorted(conn.execute(forgotten).scalars())
         if ids:
             write_audit(conn, actor, "forget", ids, f"undelivered file {storage_key!r} forgotten")
     return ids
@@ -209,7 +213,7 @@ def quarantine_counts(bind: Bind) -> dict[str, int]:
     with read_transaction(bind) as conn:
         retired = conn.execute(sa.select(sa.func.count()).select_from(quarantine)).scalar_one()
         undelivered, parked = conn.execute(
-            sa.select(sa.func.count(), sa.func.count(p.parked_at)).select_from(purges)
+            sa.select(sa.func.count(), sa.func.count(_pg.parked_at)).select_from(purges)
         ).one()
     return {
         "retired": int(retired),

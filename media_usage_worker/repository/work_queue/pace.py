@@ -21,7 +21,7 @@ SAMPLE_EVERY_SECONDS = 5
 KEEP_SECONDS = 3600
 WINDOW_SECONDS = 60
 
-_p, _st, _w, _r = pace_samples.c, index_status.c, work.c, reconciliations.c
+_p, _st, _w, _rc = pace_samples.c, index_status.c, work.c, reconciliations.c
 _WRITES = (
     sa.select(sa.func.coalesce(sa.func.sum(_st.change_epoch), 0))
     .where(_st.capture_state == CaptureState.ACTIVE)
@@ -34,9 +34,9 @@ _QUEUED = (
     .where(
         ~sa.exists(
             sa.select(1).where(
-                _r.collection_id == _w.collection_id,
-                _r.target_epoch.is_not(None),
-                _w.change_epoch <= _r.target_epoch,
+                _rc.collection_id == _w.collection_id,
+                _rc.target_epoch.is_not(None),
+                _w.change_epoch <= _rc.target_epoch,
             )
         )
     )
