@@ -21,8 +21,10 @@ import pytest
 import sqlalchemy as sa
 
 from media_usage_worker.pipeline.registry import request_reindex
+from media_usage_worker.repository.registry.collections import find_collection
 from tests.http_server import TOKEN, Api, serving
 from tests.integration.test_cleanup import LIBRARY, cleanup_site
+from tests.support import get_work, insert_work
 
 playwright_sync = pytest.importorskip("playwright.sync_api")
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -156,6 +158,15 @@ def test_an_operator_reads_retires_and_restores_from_the_console(
         page.get_by_role("button", name="Filter").click()
         shots.take(page, "unused")
 
+        # "All shown" previews every item of the page (without JavaScript too: the server
+        # reads the page's ids); going back retires nothing.
+        page.get_by_label("All shown (3)").check()
+        assert page.locator('input[name="id"]:checked').count() == 3  # the script ticks them
+        page.get_by_role("button", name="Retire…").click()
+        assert page.get_by_test_id("would-retire").inner_text() == str(len(listed["items"]))
+        page.get_by_role("link", name="Back to the list").click()
+        assert api.get("/v1/unused").json["total_count"] == listed["total_count"]
+
         # Retire two from the page: a preview with the rule's checks first, then the act.
         unused = [item["id"] for item in listed["items"]][:2]
         for media_id in unused:
@@ -181,6 +192,13 @@ def test_an_operator_reads_retires_and_restores_from_the_console(
             assert back.scalar_one() == unused[0]
         page.get_by_role("link", name="Overview").click()
         assert page.get_by_test_id("quarantined").inner_text() == "1 item(s)"
+
+        # The purge preview runs every check, the final sweep included, and removes nothing.
+        page.get_by_role("link", name="Quarantine").click()
+        page.get_by_label("Retired more than (days) ago").fill("0")
+        page.get_by_role("button", name="Preview the purge").click()
+        assert page.get_by_test_id("would-purge").inner_text() == "1"
+        assert page.get_by_test_id("quarantine").locator("tbody tr").count() == 1
 
         # A media item's uses, with a link into the host's admin.
         page.goto(f"{base}/console/media/m4")
@@ -218,6 +236,16 @@ def test_an_operator_reads_retires_and_restores_from_the_console(
         assert page.get_by_role("button", name="Retire…").count() == 0
         assert page.locator('input[name="id"]').count() == 0
         shots.take(page, "stale")
+
+        # A failed item is retried from the overview.
+        posts = find_collection(site, "posts")
+        assert posts is not None
+        insert_work(site, posts, "p1", state="failed", attempt_count=5,
+                    last_error_code="CONTENT_USAGE_SNAPSHOT_FAILED")  # fmt: skip
+        page.goto(f"{base}/console/")
+        page.get_by_role("button", name="Retry p1").click()
+        assert page.get_by_role("status").inner_text().startswith("The item is pending again")
+        assert (get_work(site, posts.id, "p1") or {})["state"] == "pending"
 
         # Signing out ends the session.
         page.goto(f"{base}/console/")
