@@ -91,16 +91,7 @@ def test_the_demo_indexes_every_entry_and_reports_it(tmp_path: Path) -> None:
 
 def test_scripts_console_serves_the_database_it_is_given(tmp_path: Path) -> None:
     """``scripts/console`` in a checkout whose .venv is stubbed: which command does it run?"""
-    (tmp_path / "scripts").mkdir()
-    shutil.copy(ROOT / "scripts" / "console", tmp_path / "scripts" / "console")
-    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'x'\n")
-    bin_dir = tmp_path / ".venv" / "bin"
-    bin_dir.mkdir(parents=True)
-    calls = tmp_path / "calls.txt"
-    for name in ("python", "media-usage"):
-        stub = bin_dir / name
-        stub.write_text(f'#!/bin/sh\necho "{name} $*" >> "{calls}"\n')
-        stub.chmod(0o755)
+    calls = _stubbed_checkout(tmp_path, "console")
     database = tmp_path / "demo.db"
     database.write_bytes(b"")
     env = {k: v for k, v in os.environ.items() if k != "MEDIA_USAGE_API_TOKEN"}
@@ -116,10 +107,11 @@ def test_scripts_console_serves_the_database_it_is_given(tmp_path: Path) -> None
     assert missing.returncode == 2 and "no file nothing.db" in missing.stderr
 
 
-def test_scripts_demo_installs_once_until_pyproject_changes(tmp_path: Path) -> None:
-    """``scripts/demo`` in a checkout whose .venv is stubbed: which commands did it run?"""
+def _stubbed_checkout(tmp_path: Path, script: str) -> Path:
+    """A checkout holding ``scripts/<script>`` whose .venv's python and media-usage only write
+    their command lines to the file returned."""
     (tmp_path / "scripts").mkdir()
-    shutil.copy(ROOT / "scripts" / "demo", tmp_path / "scripts" / "demo")
+    shutil.copy(ROOT / "scripts" / script, tmp_path / "scripts" / script)
     (tmp_path / "pyproject.toml").write_text("[project]\nname = 'x'\n")
     bin_dir = tmp_path / ".venv" / "bin"
     bin_dir.mkdir(parents=True)
@@ -128,6 +120,12 @@ def test_scripts_demo_installs_once_until_pyproject_changes(tmp_path: Path) -> N
         stub = bin_dir / name
         stub.write_text(f'#!/bin/sh\necho "{name} $*" >> "{calls}"\n')
         stub.chmod(0o755)
+    return calls
+
+
+def test_scripts_demo_installs_once_until_pyproject_changes(tmp_path: Path) -> None:
+    """``scripts/demo`` in a checkout whose .venv is stubbed: which commands did it run?"""
+    calls = _stubbed_checkout(tmp_path, "demo")
 
     def run_demo() -> list[str]:
         subprocess.run(["bash", str(tmp_path / "scripts" / "demo"), "--entries", "5"],

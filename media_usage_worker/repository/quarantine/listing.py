@@ -10,6 +10,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from media_usage_worker.domain.cleanup import UnusedItem
 from media_usage_worker.repository.base.db import Bind, read_transaction
 from media_usage_worker.repository.base.schema import audit, media, quarantine
 
@@ -17,15 +18,10 @@ _m, _q, _a = media.c, quarantine.c, audit.c
 
 
 @dataclass(frozen=True)
-class MediaItem:
-    """A library item, or a retired one (``retired_at`` set) in the quarantine."""
+class MediaItem(UnusedItem):
+    """A library item (what the unused listing shows of one), or a retired one in the
+    quarantine: then ``retired_at``, ``retired_by`` and ``reason`` are set."""
 
-    id: str
-    filename: str
-    mime_type: str
-    size: int | None
-    storage_key: str
-    created_at: str | None
     retired_at: str | None = None
     retired_by: str | None = None
     reason: str | None = None
