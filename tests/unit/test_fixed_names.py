@@ -179,3 +179,21 @@ def test_every_repository_module_imports_from_where_it_was_before_the_feature_sp
         is importlib.import_module("media_usage_worker.repository.reconciling.status").overview
     )
     assert usage.__name__ == "media_usage_worker.repository.index.usage"
+
+
+def test_flows_that_moved_up_to_the_pipeline_import_from_their_old_modules() -> None:
+    from media_usage_worker.pipeline import capture, registry
+    from media_usage_worker.repository import activation, collections, rules, sample_content
+
+    for name in ("activate", "deactivate", "capture_new_collections", "declare_source",
+                 "remove_declared_source"):  # fmt: skip
+        assert getattr(activation, name) is getattr(capture, name), name
+    for name in ("declare_reference_path", "remove_reference_path", "add_media_url_prefix",
+                 "remove_media_url_prefix"):  # fmt: skip
+        assert getattr(rules, name) is getattr(registry, name), name
+    assert collections.request_reindex is registry.request_reindex
+    assert collections.request_source_reindex is registry.request_source_reindex
+    assert sample_content.__name__ == "media_usage_worker.sample_content"
+
+    with pytest.raises(AttributeError):
+        _ = activation.no_such_flow
