@@ -27,6 +27,7 @@ class RulesState:
     indexed_rules_revision: int | None = None
     indexed_fields: str | None = None  # the fingerprint of the fields it was indexed with
     current_fields: str | None = None  # the fingerprint of its fields in the registry now
+    last_complete_at: str | None = None  # when its coverage last became complete
 
     @property
     def current(self) -> bool:

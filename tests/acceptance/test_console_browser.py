@@ -232,7 +232,9 @@ def test_an_operator_reads_retires_and_restores_from_the_console(
         # Nothing is offered while coverage is not complete, and the page says why.
         request_reindex(site, "posts")
         page.goto(f"{base}/console/unused")
-        assert "not known yet" in page.get_by_test_id("not-known").inner_text()
+        why = page.get_by_test_id("not-known").inner_text()
+        assert "not known yet" in why
+        assert re.search(r"posts: stale: .*(last complete \S+|never complete yet)", why), why
         assert page.get_by_role("button", name="Retire…").count() == 0
         assert page.locator('input[name="id"]').count() == 0
         shots.take(page, "stale")

@@ -398,3 +398,32 @@ def test_a_wake_that_fails_costs_the_batch_nothing(db, registered_posts, monkeyp
     )
     assert {str(r.outcome) for r in results} == {"completed"} and len(results) == 5
     assert called == []  # nothing was woken, and the next reconcile tick takes the step
+
+
+def test_when_coverage_last_became_complete_is_kept_while_it_is_not(db, registered_posts) -> None:
+    """The status row forgets ``completed_at`` once coverage leaves ``complete``; the overview
+    still says when it last was (what the console tells an operator it may not clean up)."""
+    from media_usage_worker.api import MediaUsage
+    from media_usage_worker.domain.timestamps import seconds_between
+    from media_usage_worker.pipeline.registry import request_reindex
+
+    def last_complete() -> str | None:
+        (posts,) = MediaUsage(db).status().collections
+        return posts.last_complete_at
+
+    write(db, INSERT, entries(20))
+    activate(db)
+    assert last_complete() is None  # never complete yet
+    converge(db, registered_posts.id)
+    completed = status_row(db, registered_posts.id)["completed_at"]
+    noted = last_complete()
+    # Written in the completing transaction, a statement later (the clock reads each time).
+    assert completed is not None and noted is not None
+    assert 0 <= seconds_between(completed, noted) < 5
+    request_reindex(db, "posts")
+    assert status_row(db, registered_posts.id)["completed_at"] is None
+    assert last_complete() == noted  # remembered while it is not complete
+    converge(db, registered_posts.id)
+    again = last_complete()
+    assert again is not None and again >= status_row(db, registered_posts.id)["completed_at"]
+    assert again > noted

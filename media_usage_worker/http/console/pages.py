@@ -256,11 +256,23 @@ def _why(scope: Any) -> str:
     if scope.coverage == "complete":
         return ""
     if scope.reason:
-        return str(scope.reason)
-    run = scope.reconciliation
-    if run:
-        return f"reconciliation {run.get('state')} ({run.get('phase')})"
-    return scope.last_error_code or "waiting for the reconciliation"
+        why = str(scope.reason)
+    elif run := scope.reconciliation:
+        why = f"reconciliation {run.get('state')} ({run.get('phase')})"
+    else:
+        why = scope.last_error_code or "waiting for the reconciliation"
+    when = scope.last_complete_at
+    return f"{why}; last complete {when}" if when else f"{why}; never complete yet"
+
+
+def _incomplete(console: Console) -> list[tuple[str, str]]:
+    """Each scope whose coverage is not complete, and why (with when it last was)."""
+    status = console.index.status()
+    return [
+        (s.slug if s.kind == "content" else s.kind, f"{s.coverage}: {_why(s)}")
+        for s in status.collections + status.sources
+        if s.coverage != "complete"
+    ]
 
 
 def _unused_routes(router: APIRouter, console: Console) -> None:
@@ -282,10 +294,7 @@ def _unused_routes(router: APIRouter, console: Console) -> None:
                                    ("trashed", trashed)) if v}  # fmt: skip
         back = "/console/unused" + ("?" + urlencode(query) if query else "")
         next_href = "/console/unused?" + urlencode({**query, "cursor": page.next_cursor or ""})
-        incomplete = (
-            [] if page.known
-            else [s for s in console.index.coverage().scopes if s.status != "complete"]
-        )  # fmt: skip
+        incomplete = [] if page.known else _incomplete(console)
         return console.page(
             request, "unused.html", "Unused media", page=page, chosen=chosen, types=TYPES,
             back=back, next_href=next_href, incomplete=incomplete,

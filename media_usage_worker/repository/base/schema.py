@@ -488,6 +488,9 @@ rules_state = Table(
     _sortable_now("updated_at"),
     # The fingerprint of the fields the index was computed with (``repository.field_registry``).
     Column("indexed_fields", Text),
+    # When coverage last became ``complete`` (the status row forgets it once it leaves it):
+    # what an operator is told while it is not.
+    Column("last_complete_at", Text),
 )
 
 # This project's own: the site's declared reference paths (docs/operations.md, "Extraction

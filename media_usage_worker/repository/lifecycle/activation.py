@@ -28,7 +28,7 @@ from media_usage_worker.repository.base.upsert import insert_factory
 from media_usage_worker.repository.lifecycle import triggers
 from media_usage_worker.repository.registry import host_sources
 from media_usage_worker.repository.registry.content_tables import scope_columns
-from media_usage_worker.repository.registry.rules_state import record_indexed_rules
+from media_usage_worker.repository.registry.rules_state import note_complete, record_indexed_rules
 
 _status = schema.index_status.c
 _activation = schema.activation.c
@@ -285,6 +285,7 @@ def complete_if_nothing_to_index(conn: sa.Connection, source: HostSource) -> Non
         )
     )  # fmt: skip
     record_indexed_rules(conn, source.collection_id)
+    note_complete(conn, [source.collection_id])
 
 
 def insert_reference_paths(

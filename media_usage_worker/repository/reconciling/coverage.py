@@ -16,6 +16,7 @@ from media_usage_worker.repository.base.schema import (
     work,
 )
 from media_usage_worker.repository.registry.rules import rules_current
+from media_usage_worker.repository.registry.rules_state import note_complete
 
 _st = index_status.c
 
@@ -98,7 +99,9 @@ def record_incremental_success(bind: Bind, collection_id: str, slug: str) -> Non
             return
         epoch, restorable, note_due = current
         if restorable:
-            conn.execute(_RESTORE_COMPLETE, {**params, "p_epoch": epoch})
+            restored = conn.execute(_RESTORE_COMPLETE, {**params, "p_epoch": epoch})
+            if restored.rowcount:
+                note_complete(conn, [collection_id])
         elif note_due:
             conn.execute(_NOTE_SUCCESS, params)
 
@@ -147,6 +150,7 @@ def restore_settled_coverage(bind: Bind) -> list[str]:
                 continue
             update = conn.execute(_RESTORE_SETTLED, {**params, "p_epoch": current.change_epoch})
             if update.rowcount:
+                note_complete(conn, [collection_id])
                 restored.append(slug)
     return restored
 

@@ -46,7 +46,7 @@ from media_usage_worker.repository.base.schema import (
 from media_usage_worker.repository.lifecycle.activation import is_activation_active
 from media_usage_worker.repository.registry.content_tables import scope_columns
 from media_usage_worker.repository.registry.field_registry import load_fields
-from media_usage_worker.repository.registry.rules import record_indexed_rules
+from media_usage_worker.repository.registry.rules_state import note_complete, record_indexed_rules
 from media_usage_worker.repository.work_queue.leases import LeasedRows, leased_record, unleased
 
 
@@ -511,6 +511,8 @@ def finalize(bind: Bind, c: Coordinator) -> CoverageStatus | None:
         if done is None:
             return None
         record_indexed_rules(conn, c.collection_id, c.field_fingerprint)
+        if done.status == CoverageStatus.COMPLETE:
+            note_complete(conn, [c.collection_id])
         conn.execute(
             reconciliations.delete().where(
                 _rc.collection_id == c.collection_id, _rc.lease_token == c.lease_token

@@ -16,7 +16,7 @@ from media_usage_worker.repository.base.predicates import active_status_row, sta
 from media_usage_worker.repository.base.schema import index_status, sources, work
 from media_usage_worker.repository.lifecycle.activation import is_activation_active
 from media_usage_worker.repository.registry.content_tables import scope_columns
-from media_usage_worker.repository.registry.rules import record_indexed_rules
+from media_usage_worker.repository.registry.rules_state import note_complete, record_indexed_rules
 
 _st = index_status.c
 _s = sources.c
@@ -108,6 +108,7 @@ def finish_repair(
         if finalized is not None:
             if outcome == CoverageStatus.COMPLETE:
                 record_indexed_rules(conn, collection_id)
+                note_complete(conn, [collection_id])
             return outcome
         conn.execute(
             index_status.update()

@@ -55,6 +55,8 @@ class CollectionStatus:
     kind: str = "content"
     # Why a built-in source is not indexed as its table is now (``host_sources.built_in_gaps``).
     reason: str | None = None
+    # When its coverage last became complete (``None``: not since this was recorded).
+    last_complete_at: str | None = None
 
 
 class Overview(NamedTuple):
@@ -147,6 +149,7 @@ def overview(bind: Bind) -> Overview:
                 oldest_due_age_seconds=round(seconds_between(due, now), 3) if due else None,
                 failed=failed.get(row.id, []),
                 rules={"indexed_under": rules.indexed_under, "running": rules.running},
+                last_complete_at=rules.last_complete_at,
                 reconciliation=runs.get(row.id),
                 kind=Scope.of(row.slug).label,
                 reason=reason,

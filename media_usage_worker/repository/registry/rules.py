@@ -113,11 +113,13 @@ def read_rules_states(conn: sa.Connection) -> dict[str, RulesState]:
     rows = conn.execute(
         sa.select(
             _rs.collection_id, _rs.rules_revision, _rs.indexed_extraction_version,
-            _rs.indexed_rules_revision, _rs.indexed_fields,
+            _rs.indexed_rules_revision, _rs.indexed_fields, _rs.last_complete_at,
         )
     )  # fmt: skip
     states = {cid: RulesState(current_fields=fp) for cid, fp in fingerprints.items()}
-    states.update({row[0]: RulesState(*row[1:], fingerprints.get(row[0])) for row in rows})
+    states.update({
+        row[0]: RulesState(*row[1:5], fingerprints.get(row[0]), row[5]) for row in rows
+    })  # fmt: skip
     return states
 
 

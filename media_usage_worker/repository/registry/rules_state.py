@@ -5,6 +5,7 @@ the record a finished index writes, and the guard that reads it. Below ``reposit
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -54,4 +55,17 @@ def record_indexed_rules(
                 "updated_at": db_now(),
             },
         )
+    )
+
+
+def note_complete(conn: sa.Connection, collection_ids: Sequence[str]) -> None:
+    """Remember that these scopes' coverage became ``complete`` now: call in the transaction
+    that made it so. The status row forgets once coverage leaves ``complete``; this is what an
+    operator is told meanwhile ("last complete at")."""
+    if not collection_ids:
+        return
+    conn.execute(
+        rules_state.update()
+        .where(_rs.collection_id.in_(list(collection_ids)))
+        .values(last_complete_at=db_now())
     )
