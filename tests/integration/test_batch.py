@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 
 import pytest
 import sqlalchemy as sa
@@ -421,8 +422,26 @@ def test_a_soft_limit_arriving_mid_statement_still_gives_the_items_back(
     def time_is_up(*_: object) -> None:
         raise OutOfTime
 
+    def interrupt_once_the_write_waits(worker: int) -> None:
+        """The signal, sent when the batch's statement waits on the server's lock (a poll
+        with a deadline: however slow the machine, only once it waits)."""
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            with db.connect() as conn:
+                waiting = conn.execute(sa.text(
+                    "SELECT count(*) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+                )).scalar_one()  # fmt: skip
+            if waiting:
+                signal.pthread_kill(worker, signal.SIGALRM)
+                return
+            time.sleep(0.02)  # polling another backend's state
+
     run = BatchRun(db, Limits(), interrupts=(OutOfTime,))
     previous = signal.signal(signal.SIGALRM, time_is_up)
+    watcher = threading.Thread(
+        target=interrupt_once_the_write_waits, args=(threading.get_ident(),), daemon=True
+    )
     try:
         with db.connect() as blocker, blocker.begin():
             # The batch's write locks its collection row first: it waits here, on the server.
@@ -430,10 +449,10 @@ def test_a_soft_limit_arriving_mid_statement_still_gives_the_items_back(
                 sa.text("SELECT id FROM _emdash_collections WHERE id = :i FOR UPDATE"),
                 {"i": media_posts.id},
             )
-            signal.setitimer(signal.ITIMER_REAL, 0.5)
+            watcher.start()
             results = run.run(items(media_posts.id, ids))
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
+        watcher.join(timeout=60)
         signal.signal(signal.SIGALRM, previous)
     found = {r.content_id: (str(r.outcome), r.error_code) for r in results}
     assert found == dict.fromkeys(ids, ("retry", "MEDIA_USAGE_TIME_LIMIT"))

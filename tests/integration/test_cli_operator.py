@@ -69,8 +69,10 @@ def test_status_json_shape(seeded) -> None:
         "reconciliation",
         "kind",
         "reason",
+        "last_complete_at",
     }
     assert posts["kind"] == "content"
+    assert posts["last_complete_at"] is None  # never complete yet
     assert data["deletions"] == []
     # The sources beyond content, each with its kind and the same shape; empty at activation,
     # so complete at once.
