@@ -30,6 +30,15 @@ def page_limit(raw: str | None) -> int | None:
     return check.operator_limit(int(raw))
 
 
+def whole_days(raw: str | None, name: str) -> int | None:
+    """A number of days from the query string (``older_than``, a purge preview's ``days``)."""
+    if raw is None:
+        return None
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 6):
+        raise InvalidArgument(f"{name} is a whole number of days.")
+    return int(raw)
+
+
 def coverage_shown(coverage: Coverage) -> dict[str, Any]:
     return {
         "status": coverage.status,

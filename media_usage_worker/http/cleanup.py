@@ -15,21 +15,13 @@ from starlette.concurrency import run_in_threadpool
 from media_usage_worker.api import MediaUsage
 from media_usage_worker.domain.cleanup import UnusedFilter
 from media_usage_worker.domain.errors import InvalidArgument
-from media_usage_worker.http.bodies import json_object, page_limit
+from media_usage_worker.http.bodies import json_object, page_limit, whole_days
 from media_usage_worker.http.errors import ApiError
 from media_usage_worker.http.settings import ApiSettings
 from media_usage_worker.pipeline import cleanup
 from media_usage_worker.tasks.dispatch import send_purged_files
 
 ACTOR = "http"
-
-
-def _days(raw: str | None) -> int | None:
-    if raw is None:
-        return None
-    if not (raw.isascii() and raw.isdigit() and len(raw) <= 6):
-        raise InvalidArgument("older_than is a whole number of days.")
-    return int(raw)
 
 
 def _flag(raw: str | None) -> bool:
@@ -53,7 +45,9 @@ def cleanup_read_routes(engine: sa.Engine, *, read: Sequence[Depends]) -> APIRou
     ) -> dict[str, Any]:
         """Library items no source uses, by id, with the selection's totals; 409
         ``not_known_yet`` (with the coverage) while coverage is not complete."""
-        chosen = UnusedFilter(_days(older_than), mime, _flag(include_trashed_only))
+        chosen = UnusedFilter(
+            whole_days(older_than, "older_than"), mime, _flag(include_trashed_only)
+        )
         page = cleanup.unused(engine, chosen, limit=page_limit(limit), cursor=cursor)
         if not page.known:
             raise ApiError(

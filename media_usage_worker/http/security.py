@@ -15,6 +15,14 @@ from media_usage_worker.http.settings import ApiSettings
 _CHALLENGE = {"WWW-Authenticate": 'Bearer realm="media-usage"'}
 
 
+def token_matches(configured: str, offered: str) -> bool:
+    """The operator token, whitespace around it cut; digests of both compared in constant time:
+    neither the token nor its length leaks."""
+    expected = hashlib.sha256(configured.encode()).digest()
+    given = hashlib.sha256(offered.strip().encode("utf-8", "surrogateescape")).digest()
+    return hmac.compare_digest(given, expected)
+
+
 def check(request: Request, settings: ApiSettings, *, operator: bool) -> None:
     """Raise ``ApiError`` (401 or 403) unless the request may go on."""
     if not operator and settings.public_reads:
@@ -29,8 +37,5 @@ def check(request: Request, settings: ApiSettings, *, operator: bool) -> None:
         # Which one would count is a guess a proxy and this server may make differently.
         raise ApiError(400, "invalid_argument", "Send one Authorization header, not several.")
     scheme, _, given = (sent[0] if sent else "").partition(" ")
-    # Digests of both, compared in constant time: neither the token nor its length leaks.
-    expected = hashlib.sha256(settings.token.encode()).digest()
-    offered = hashlib.sha256(given.strip().encode("utf-8", "surrogateescape")).digest()
-    if scheme.lower() != "bearer" or not hmac.compare_digest(offered, expected):
+    if scheme.lower() != "bearer" or not token_matches(settings.token, given):
         raise ApiError(401, "unauthorized", "A valid bearer token is required.", _CHALLENGE)

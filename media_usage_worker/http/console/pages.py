@@ -21,10 +21,12 @@ from media_usage_worker.api import MediaUsage, UsageEntry
 from media_usage_worker.domain import validation as check
 from media_usage_worker.domain.errors import InvalidArgument, MediaUsageError
 from media_usage_worker.domain.vocabulary import RetryOutcome
+from media_usage_worker.http.bodies import whole_days
 from media_usage_worker.http.console import chart, session
 from media_usage_worker.http.console.forms import Form, read_form, safe_next
 from media_usage_worker.http.console.render import Renderer, shown_age, shown_bytes
 from media_usage_worker.http.console.thumbnails import thumbnail_response
+from media_usage_worker.http.security import token_matches
 from media_usage_worker.http.settings import ApiSettings
 from media_usage_worker.pipeline import cleanup, operator_retry
 from media_usage_worker.pipeline.purge import purge
@@ -173,7 +175,7 @@ def _sign_in_routes(router: APIRouter, console: Console) -> None:
         form = await read_form(request)
         token = console.settings.token
         target = safe_next(form.one("next") or "/console/")
-        if token is None or not session.token_matches(token, form.one("token") or ""):
+        if token is None or not token_matches(token, form.one("token") or ""):
             return console.page(
                 request, "login.html", "Sign in", next=target, on_login=True,
                 problem="That is not the operator token.", status_code=401,
@@ -283,7 +285,7 @@ def _unused_routes(router: APIRouter, console: Console) -> None:
     ) -> Response:  # fmt: skip
         if (refused := console.reader(request)) is not None:
             return refused
-        days = _whole(older_than, "older_than")
+        days = whole_days(older_than or None, "older_than")
         prefix = type if type in dict(TYPES) else ""
         page = console.index.unused(
             PAGE, cursor, older_than=days, mime_prefix=prefix or None,
@@ -390,7 +392,7 @@ def _quarantine_routes(router: APIRouter, console: Console) -> None:
             "purge_problem": None, "sweep": [],
         }  # fmt: skip
         if days:
-            values.update(_purge_preview(console, _whole(days, "days")))
+            values.update(_purge_preview(console, whole_days(days, "days")))
         return console.page(request, "quarantine.html", "Quarantine", **values)
 
     @router.post("/quarantine/restore")
@@ -418,11 +420,3 @@ def _purge_preview(console: Console, days: int | None) -> dict[str, Any]:
     except MediaUsageError as exc:
         return {"days": days, "preview": None, "purge_problem": str(exc)}
     return {"days": days, "preview": preview, "sweep": sorted(swept.items())}
-
-
-def _whole(raw: str, name: str) -> int | None:
-    if raw == "":
-        return None
-    if not raw.isdigit() or len(raw) > 5:
-        raise InvalidArgument(f"{name} is a whole number of days (0 to 36500).")
-    return int(raw)

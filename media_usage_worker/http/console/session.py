@@ -71,10 +71,3 @@ def csrf_holds(key: bytes, session: Session | None, sent: str | None) -> bool:
     if session is None or not sent:
         return False
     return hmac.compare_digest(session.csrf_token(key), sent)
-
-
-def token_matches(configured: str, offered: str) -> bool:
-    """The operator token, compared in constant time over digests (its length does not leak)."""
-    expected = hashlib.sha256(configured.encode()).digest()
-    given = hashlib.sha256(offered.strip().encode("utf-8", "surrogateescape")).digest()
-    return hmac.compare_digest(given, expected)
