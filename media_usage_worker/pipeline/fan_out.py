@@ -41,6 +41,7 @@ class TickReport:
     queued_before: int | None = None  # messages waiting when the tick began (None: unknown)
     budget_exhausted: bool = False  # the tick read its whole budget: more may be due
     coverage_restored: tuple[str, ...] = ()  # slugs whose lost coverage note was restored
+    failures_noted: tuple[str, ...] = ()  # slugs made partial after a lost failure note
     oldest_due_age_seconds: float = 0.0
     duration_ms: float = 0.0
 
@@ -49,6 +50,7 @@ class TickReport:
             return {"active": False, "dispatched": 0}
         shown = asdict(self)
         shown["coverage_restored"] = list(self.coverage_restored)
+        shown["failures_noted"] = list(self.failures_noted)
         return shown
 
 
@@ -63,8 +65,8 @@ def run_tick(
 ) -> TickReport:
     """One tick: while capture is active, read due work up to the budget the queue's depth
     allows (``due_read_budget``) and ``send`` it, then restore coverage a killed worker left
-    stale (nothing else runs for a collection whose work is all done), and sample the pace of
-    writes and drain for ``status``."""
+    stale (nothing else runs for a collection whose work is all done), mark ``partial`` where
+    a failure's note was lost, and sample the pace of writes and drain for ``status``."""
     started = time.monotonic()
     with read_transaction(engine) as conn:
         if not is_activation_active(conn):
@@ -76,6 +78,7 @@ def run_tick(
     fanned = fan_out_due_work(engine, read_budget, send)
     now, oldest = work.oldest_due(engine)
     restored = coverage.restore_settled_coverage(engine)
+    failures_noted = coverage.note_lost_failures(engine)
     pace.record_sample(engine)
     return TickReport(
         active=True,
@@ -85,6 +88,7 @@ def run_tick(
         queued_before=queued_before,
         budget_exhausted=read_budget > 0 and fanned.seen >= read_budget,
         coverage_restored=tuple(restored),
+        failures_noted=tuple(failures_noted),
         oldest_due_age_seconds=round(seconds_between(oldest, now), 3) if oldest else 0.0,
         duration_ms=round((time.monotonic() - started) * 1000, 1),
     )

@@ -155,6 +155,71 @@ def restore_settled_coverage(bind: Bind) -> list[str]:
     return restored
 
 
+# The latest failure's code in a collection: what a lost failure note would have written.
+_latest_failure_code = (
+    sa.select(work.c.last_error_code)
+    .where(work.c.collection_id == _st.collection_id, work.c.state == WorkState.FAILED)
+    .order_by(work.c.updated_at.desc(), work.c.content_id)
+    .limit(1)
+    .scalar_subquery()
+)
+_failure_unnoted = sa.and_(
+    _st.reconciliation_required == 0,
+    _st.status.in_((CoverageStatus.STALE, CoverageStatus.COMPLETE)),
+    sa.exists(
+        sa.select(1).where(
+            work.c.collection_id == _st.collection_id, work.c.state == WorkState.FAILED
+        )
+    ),
+    ~sa.exists(
+        sa.select(1).where(
+            reconciliations.c.collection_id == _st.collection_id,
+            reconciliations.c.run_token == _st.cursor,
+        )
+    ),
+)
+# Collections whose failure note was lost: a failed item, yet coverage not ``partial``.
+_UNNOTED_CANDIDATES = sa.select(_st.collection_id, _st.scope_key).where(
+    _st.adapter_id == ADAPTER_ID,
+    _st.scope_type == SCOPE_TYPE,
+    _st.capture_state == CaptureState.ACTIVE,
+    _failure_unnoted,
+)
+_NOTE_LOST_FAILURE = (
+    index_status.update()
+    .where(*_active_status(_collection, _slug), _failure_unnoted)
+    .values(
+        status=CoverageStatus.PARTIAL,
+        completed_at=None,
+        last_error_code=_latest_failure_code,
+        updated_at=db_now(),
+    )
+)
+
+
+def note_lost_failures(bind: Bind) -> list[str]:
+    """Mark ``partial`` where an item failed for good but its failure note was lost; returns
+    the slugs.
+
+    The failure note skips a status row something else holds (a host's transaction, or this
+    very tick), so a collection can keep a failed item while its coverage says ``stale``: never
+    an unsafe answer (``complete`` cannot come back while the failed row stays), but an
+    operator would not see why. The tick calls this, the twin of restore_settled_coverage,
+    with the same rule of never waiting on a held row.
+    """
+    with transaction(bind) as conn:
+        candidates = conn.execute(_UNNOTED_CANDIDATES).all()
+    noted = []
+    for collection_id, slug in candidates:
+        params = {"p_collection_id": collection_id, "p_slug": slug}
+        with transaction(bind) as conn:
+            if conn.execute(_READ_SETTLED, params).first() is None:
+                continue
+            if conn.execute(_NOTE_LOST_FAILURE, params).rowcount:
+                noted.append(slug)
+    return noted
+
+
 def record_incremental_failure(
     bind: Bind,
     collection_id: str,
