@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import re
+import threading
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -22,6 +24,7 @@ from media_usage_worker.domain.cleanup import (
     checked_reason,
 )
 from media_usage_worker.domain.cursor import decode_cursor, encode_cursor
+from media_usage_worker.domain.remembered import RememberedTotals
 
 # The purge has its own module; its names stay importable from here.
 from media_usage_worker.pipeline.purge import (
@@ -42,6 +45,21 @@ if TYPE_CHECKING:
 _ORDER = re.compile(r"\d{1,12}\.\d{1,18}")
 
 
+# One per database a process reads (an engine each): a server answering first pages again
+# and again counts each state of its database once.
+_REMEMBERED: weakref.WeakKeyDictionary[Engine, RememberedTotals] = weakref.WeakKeyDictionary()
+_REMEMBERED_LOCK = threading.Lock()
+
+
+def remembered_totals(engine: Engine) -> RememberedTotals:
+    """The totals this process remembers for ``engine``'s database."""
+    with _REMEMBERED_LOCK:
+        remembered = _REMEMBERED.get(engine)
+        if remembered is None:
+            remembered = _REMEMBERED[engine] = RememberedTotals()
+        return remembered
+
+
 def _scope(chosen: UnusedFilter) -> str:
     return json.dumps(["unused", chosen.older_than_days, chosen.mime_prefix, chosen.trashed_only])
 
@@ -59,7 +77,12 @@ def unused(
     after = None if position is None else position.id
     carried = None if position is None else _totals(position.order_value)
     coverage, known, items, read = store.unused_items(
-        engine, chosen, after, page_limit + 1, totals=carried is None
+        engine,
+        chosen,
+        after,
+        page_limit + 1,
+        totals=carried is None,
+        remembered=remembered_totals(engine),
     )
     totals = carried or read
     if not known or totals is None:

@@ -17,6 +17,7 @@ from media_usage_worker.api import MediaUsage
 from media_usage_worker.domain.cleanup import UnusedFilter
 from media_usage_worker.domain.content_model import FieldDefinition
 from media_usage_worker.domain.errors import InvalidArgument
+from media_usage_worker.domain.remembered import RememberedTotals
 from media_usage_worker.pipeline import cleanup
 from media_usage_worker.pipeline.registry import request_reindex
 from media_usage_worker.repository.base.schema import media
@@ -128,6 +129,43 @@ def test_the_unused_listing_pages_filters_and_totals(site) -> None:
     for bad in ({"older_than": -1}, {"mime_prefix": ""}, {"limit": 0}):
         with pytest.raises(InvalidArgument):
             index.unused(**bad)  # type: ignore[arg-type]
+
+
+def test_the_totals_are_counted_once_per_state_and_follow_every_change(site) -> None:
+    """Remembered totals are those of the database as it is: an upload, a use, a retirement
+    and a restore each count again; a change in place the state cannot see, after the age
+    limit."""
+    clock = [0.0]
+    remembered = RememberedTotals(clock=lambda: clock[0])
+
+    def totals(**chosen: object) -> tuple[int, int] | None:
+        chosen_filter = UnusedFilter(**chosen)  # type: ignore[arg-type]
+        read = store.unused_items(site, chosen_filter, None, 1, totals=True, remembered=remembered)
+        assert read.known
+        return read.totals
+
+    assert totals() == (3, 600) and remembered.misses == 1
+    assert totals() == (3, 600) and remembered.hits == 1
+    sql(
+        site, "INSERT INTO media (id, filename, mime_type, size, storage_key, created_at) "
+        "VALUES ('m6', 'f.png', 'image/png', 600, 'f.png', '2020-01-01 00:00:00')",
+    )  # fmt: skip
+    assert totals() == (4, 1200)
+    sql(site, "INSERT INTO ec_posts (id, hero) VALUES ('p3', 'm6')")
+    assert totals() == (3, 600)  # queued, read behind the listing: never remembered
+    drain(site)
+    assert totals() == (3, 600)
+    assert MediaUsage(site).retire(["m1"], actor="ops").retired == ["m1"]
+    assert totals() == (2, 500)
+    assert MediaUsage(site).restore(["m1"], actor="ops").restored == ["m1"]
+    assert totals() == (3, 600)
+    assert totals(mime_prefix="image/") == (2, 400)
+    sql(site, "UPDATE media SET mime_type = 'application/pdf' WHERE id = 'm3'")
+    assert totals(mime_prefix="image/") == (2, 400)  # unseen until the age limit
+    clock[0] += 61
+    assert totals(mime_prefix="image/") == (1, 100)
+    # Another database's engine never sees these.
+    assert cleanup.remembered_totals(site) is cleanup.remembered_totals(site)
 
 
 def test_retire_moves_an_unused_item_whole_and_says_why_for_the_rest(site) -> None:

@@ -29,10 +29,12 @@ from media_usage_worker.domain.cleanup import (
     UnusedItem,
 )
 from media_usage_worker.domain.host_sources import Scope
+from media_usage_worker.domain.remembered import RememberedTotals
 from media_usage_worker.repository.base.clock import db_now
 from media_usage_worker.repository.base.db import Bind, read_transaction, transaction
 from media_usage_worker.repository.base.schema import (
     audit,
+    index_status,
     media,
     occurrences,
     purges,
@@ -136,15 +138,44 @@ class UnusedRead(NamedTuple):
     totals: tuple[int, int] | None
 
 
+_st = index_status.c
+_index_state = sa.select(
+    sa.func.coalesce(sa.func.sum(_st.change_epoch), 0).label("epochs"),
+    sa.func.count().label("scopes"),
+    sa.func.max(_st.updated_at).label("status_changed"),
+).subquery()
+_library_state = sa.select(
+    sa.func.count().label("items"),
+    sa.func.coalesce(sa.func.sum(_m.size), 0).label("bytes"),
+    sa.func.max(_m.created_at).label("newest"),
+    sa.func.max(_m.id).label("last_id"),
+).subquery()
+_clean_up_state = sa.select(sa.func.max(audit.c.id).label("last_action")).subquery()
+# What a selection's totals depend on, in one round trip of small reads: every captured write
+# moves an epoch and every coverage change a status time; an upload or a host's deletion moves
+# the library's figures; every retire, restore or purge writes an audit row; the day moves an
+# age filter's cutoff (docs/design.md §13, "Totals").
+_SELECTION_STATE = sa.select(
+    _index_state, _library_state, _clean_up_state, sa.func.substr(db_now(), 1, 10)
+).select_from(_index_state.join(_library_state, sa.true()).join(_clean_up_state, sa.true()))
+
+
 def unused_items(
-    bind: Bind, chosen: UnusedFilter, after: str | None, limit: int, *, totals: bool
+    bind: Bind,
+    chosen: UnusedFilter,
+    after: str | None,
+    limit: int,
+    *,
+    totals: bool,
+    remembered: RememberedTotals | None = None,
 ) -> UnusedRead:
     """(coverage, whether the answer is known, a page of unused items after the id ``after``,
     and with ``totals`` their count and bytes over the whole selection). Known while coverage
     is ``complete``, or whole but for queued writes whose references can be read now
     (``fence.uses_not_yet_indexed``): what they name is left out. The page is an index walk
     that stops at ``limit``; the totals read the whole selection, so a listing asks for them
-    once."""
+    once, and with ``remembered`` (while coverage is ``complete``) they are counted once per
+    state of the index and the library."""
     with read_transaction(bind) as conn:
         coverage = read_coverage(conn)
         where = _selection(chosen)
@@ -161,10 +192,21 @@ def unused_items(
         items = [UnusedItem(*row) for row in conn.execute(page)]
         if not totals:
             return UnusedRead(coverage.status, True, items, None)
+        state = None
+        if remembered is not None and coverage.complete:
+            # Read before the count: a change between the two files the count under the
+            # older state, which no later reader reports again.
+            state = (chosen, *conn.execute(_SELECTION_STATE).one())
+            known = remembered.recall(state)
+            if known is not None:
+                return UnusedRead(coverage.status, True, items, known)
         count, size = conn.execute(
             sa.select(sa.func.count(), sa.func.coalesce(sa.func.sum(_m.size), 0)).where(*where)
         ).one()
-    return UnusedRead(coverage.status, True, items, (int(count), int(size)))
+        counted = (int(count), int(size))
+        if state is not None and remembered is not None:
+            remembered.remember(state, counted)
+    return UnusedRead(coverage.status, True, items, counted)
 
 
 def unused_ids(bind: Bind, chosen: UnusedFilter, after: str | None, limit: int) -> list[str]:
