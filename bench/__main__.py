@@ -65,6 +65,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, nargs="+", default=[2, 4])
     parser.add_argument("--memory-items", type=int)
     parser.add_argument(
+        "--server-workers",
+        type=int,
+        nargs="+",
+        default=[1, 2],
+        help="reads: serve --workers for each HTTP load, alternating (1 2)",
+    )
+    parser.add_argument(
         "--dialects", nargs="+", choices=["postgresql", "sqlite"], default=["postgresql", "sqlite"]
     )
     parser.add_argument(
@@ -138,7 +145,12 @@ def main(argv: list[str] | None = None) -> int:
             site, library, samples, clients, seconds = size["reads"]
             if args.entries:  # --entries N sizes the site; the library is half of it
                 site, library = args.entries, max(1, args.entries // 2)
-            report(reads.run(bench, site, library, samples, clients, seconds))
+            report(
+                reads.run(
+                    bench, site, library, samples, clients, seconds,
+                    tuple(args.server_workers), repeat, tuple(args.dialects),
+                )
+            )  # fmt: skip
         if args.which in ("all", "cleanup"):
             report(cleanup.run(bench, *size["cleanup"]))
         if args.which in ("all", "console"):

@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from statistics import median
 from urllib.parse import urlsplit
 
 import sqlalchemy as sa
@@ -98,11 +99,15 @@ def _python_api(engine: sa.Engine, library: int, samples: int, rng: random.Rando
     ]
 
 
-def _http(url: str, tmp: Path, library: int, clients: int, seconds: float) -> str:
+def _http(
+    url: str, tmp: Path, library: int, clients: int, seconds: float, workers: int = 1
+) -> tuple[str, float, float]:
+    """One closed-loop load of ``clients`` on ``serve --workers workers``: its line, requests/s
+    and p99 (ms)."""
     latencies: list[float] = []
     errors = [0]
     lock = threading.Lock()
-    with serving(url, tmp, MEDIA_USAGE_METRICS_CACHE_SECONDS="5") as api:
+    with serving(url, tmp, workers, MEDIA_USAGE_METRICS_CACHE_SECONDS="5") as api:
         where = urlsplit(api.base)
         deadline = time.monotonic() + seconds
 
@@ -140,18 +145,31 @@ def _http(url: str, tmp: Path, library: int, clients: int, seconds: float) -> st
         for thread in threads:
             thread.join()
     rate = len(latencies) / seconds
-    return (
-        f"{f'HTTP /v1/usage, {clients} clients, {seconds:g} s':<44} p50 "
-        f"{percentile(latencies, 50):>8.2f} ms  p99 {percentile(latencies, 99):>8.2f} ms  "
+    p99 = percentile(latencies, 99)
+    label = f"HTTP /v1/usage, {clients} clients, {seconds:g} s, {workers} server process(es)"
+    line = (
+        f"{label:<60} p50 {percentile(latencies, 50):>8.2f} ms  p99 {p99:>8.2f} ms  "
         f"{rate:.0f} requests/s  errors {errors[0]}  (n={len(latencies)})"
     )
+    return line, rate, p99
 
 
 def run(
-    bench: Bench, entries: int, library: int, samples: int, clients: int, seconds: float
+    bench: Bench,
+    entries: int,
+    library: int,
+    samples: int,
+    clients: int,
+    seconds: float,
+    server_workers: tuple[int, ...] = (1,),
+    rounds: int = 1,
+    dialects: tuple[str, ...] = ("postgresql", "sqlite"),
 ) -> list[str]:
+    """The Python API's reads beside their floor, then the HTTP load for each server process
+    count in ``server_workers``, the counts alternating over ``rounds``. The clients run in
+    this process, on the same cores as the server and the database."""
     lines = [f"reads over {entries:,} entries and {library:,} library items"]
-    for dialect in ("postgresql", "sqlite"):
+    for dialect in dialects:
         rng = random.Random(7)
         started = time.monotonic()
         url, engine = _site(bench, dialect, entries, library)
@@ -163,5 +181,20 @@ def run(
         )
         lines += [f"reads {dialect} {line}" for line in _python_api(engine, library, samples, rng)]
         engine.dispose()
-        lines.append(f"reads {dialect} {_http(url, bench.tmp, library, clients, seconds)}")
+        measured: dict[int, list[tuple[float, float]]] = {w: [] for w in server_workers}
+        for round_ in range(rounds):
+            order = server_workers if round_ % 2 == 0 else tuple(reversed(server_workers))
+            for workers in order:
+                line, rate, p99 = _http(url, bench.tmp, library, clients, seconds, workers)
+                measured[workers].append((rate, p99))
+                lines.append(f"reads {dialect} {line}")
+        if len(server_workers) > 1:
+            base = median(rate for rate, _ in measured[server_workers[0]])
+            for workers in server_workers[1:]:
+                rate = median(r for r, _ in measured[workers])
+                p99 = median(p for _, p in measured[workers])
+                lines.append(
+                    f"reads {dialect} HTTP {workers} processes / {server_workers[0]}: "
+                    f"{rate / base:.2f}x requests/s (medians of {rounds}), p99 {p99:.1f} ms"
+                )
     return lines

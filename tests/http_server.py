@@ -70,9 +70,10 @@ def _lower(headers: Any) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def serving(database_url: str, tmp: Path, **env: str) -> Iterator[Api]:
+def serving(database_url: str, tmp: Path, workers: int = 1, **env: str) -> Iterator[Api]:
     """The server on a free loopback port, with ``MEDIA_USAGE_API_TOKEN=TOKEN`` unless ``env``
-    says otherwise (an empty value unsets it); stopped on leaving."""
+    says otherwise (an empty value unsets it), in ``workers`` processes (one unless a test is
+    about several: each costs an interpreter's start); stopped on leaving."""
     port = free_port()
     environment = {**os.environ, "MEDIA_USAGE_API_TOKEN": TOKEN, **env}
     environment = {k: v for k, v in environment.items() if v != ""}
@@ -80,7 +81,7 @@ def serving(database_url: str, tmp: Path, **env: str) -> Iterator[Api]:
     with open(log, "wb") as output:
         proc = subprocess.Popen(
             [sys.executable, "-m", "media_usage_worker", "serve", "--port", str(port),
-             "--database-url", database_url],
+             "--database-url", database_url, "--workers", str(workers)],
             cwd=ROOT, env=environment, stdout=output, stderr=subprocess.STDOUT,
             start_new_session=True,
         )  # fmt: skip

@@ -2,20 +2,33 @@
 
 from __future__ import annotations
 
+import os
 import socket
+from typing import Any
 
 import click
 
 from media_usage_worker.cli.common import BadInput, Outcome, database_url_option, handle_errors
+
+# More processes than this only share the same cores and multiply the database's connections.
+MAX_WORKERS = 32
 
 
 @click.command("serve")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", type=click.IntRange(1, 65535), default=8080, show_default=True)
 @click.option("--access-log", is_flag=True, help="Log one line per request.")
+@click.option(
+    "--workers",
+    type=click.IntRange(1, MAX_WORKERS),
+    default=None,
+    help="Server processes sharing the port (default: one per core this process may use).",
+)
 @database_url_option
 @handle_errors
-def serve_command(host: str, port: int, access_log: bool, database_url: str) -> None:
+def serve_command(
+    host: str, port: int, access_log: bool, workers: int | None, database_url: str
+) -> None:
     """Serve the HTTP API: usage, status, the operator's work queue, probes and /metrics.
 
     Operator endpoints need MEDIA_USAGE_API_TOKEN (a bearer token); so do read endpoints
@@ -23,6 +36,7 @@ def serve_command(host: str, port: int, access_log: bool, database_url: str) -> 
     """
     try:
         import uvicorn
+        from uvicorn.supervisors import Multiprocess
 
         from media_usage_worker.http.app import create_app
         from media_usage_worker.http.slow_clients import protocol_with
@@ -31,13 +45,15 @@ def serve_command(host: str, port: int, access_log: bool, database_url: str) -> 
             f"serve needs the api extra ({exc.name} is missing): from a clone, "
             "pip install -e '.[api]'"
         ) from None
+    from media_usage_worker.http import serving
     from media_usage_worker.http.settings import ApiSettings
     from media_usage_worker.pipeline.database import create_engine, refuse_missing_sqlite_file
 
     settings = ApiSettings.from_env()
     # As every command but db upgrade: a SQLite path with no file is refused, not created.
     # A database still to migrate is served: /readyz says so until db upgrade has run.
-    engine = create_engine(refuse_missing_sqlite_file(database_url))
+    url = refuse_missing_sqlite_file(database_url)
+    processes = workers or default_workers()
     listening = _listen(host, port)
     if settings.token is None:
         how = "" if settings.public_reads else " (and read endpoints and /metrics)"
@@ -47,10 +63,29 @@ def serve_command(host: str, port: int, access_log: bool, database_url: str) -> 
             err=True,
         )
     bound = listening.getsockname()
-    click.echo(f"media-usage serve: listening on http://{_shown(bound[0])}:{bound[1]}/", err=True)
-    config = uvicorn.Config(
-        create_app(engine, settings),
-        http=protocol_with(settings.header_timeout_seconds),
+    shown = f"http://{_shown(bound[0])}:{bound[1]}/"
+    click.echo(f"media-usage serve: listening on {shown} ({_processes(processes)})", err=True)
+    if processes == 1:
+        app = create_app(create_engine(url), settings)
+        protocol = protocol_with(settings.header_timeout_seconds)
+        uvicorn.Server(_config(app, protocol, access_log)).run(sockets=[listening])
+        return
+    # Each process is a fresh interpreter that builds its own app and engine from the
+    # environment checked above; uvicorn's supervisor replaces one that dies and stops all on
+    # SIGINT or SIGTERM.
+    os.environ[serving.DATABASE_URL_ENV] = url.render_as_string(hide_password=False)
+    config = _config(serving.APP, serving.PROTOCOL, access_log, workers=processes)
+    Multiprocess(config, sockets=[listening]).run()
+
+
+def _config(app: Any, http: Any, access_log: bool, *, workers: int = 1) -> Any:
+    import uvicorn
+
+    return uvicorn.Config(
+        app,
+        factory=isinstance(app, str),
+        http=http,
+        workers=workers,
         log_level="info",
         # One line per request costs a tenth of a request's time at hundreds a second, and a
         # reverse proxy in front logs them anyway; --access-log turns it on.
@@ -58,7 +93,20 @@ def serve_command(host: str, port: int, access_log: bool, database_url: str) -> 
         server_header=False,
         proxy_headers=False,
     )
-    uvicorn.Server(config).run(sockets=[listening])
+
+
+def default_workers() -> int:
+    """One server process per core this process may run on (its CPU affinity), at most
+    ``MAX_WORKERS``."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, MAX_WORKERS))
+
+
+def _processes(count: int) -> str:
+    return "1 process" if count == 1 else f"{count} processes"
 
 
 def _listen(host: str, port: int) -> socket.socket:
