@@ -179,6 +179,41 @@ def test_entries_deleted_before_reconciliation_lose_their_sources(db, registered
     assert not any(":e00003:" in key for key in actual_source_keys(db))
 
 
+def test_the_sources_phase_finds_every_gone_entry_whatever_its_step(
+    db, registered_posts, monkeypatch
+) -> None:
+    """Steps of 7 keys over 30 entries: deleted entries on a step's first and last key, and
+    in a step where every entry is gone, are all found; nothing present is taken for gone."""
+    from media_usage_worker.pipeline import reconciliation as pipeline_reconciliation
+
+    monkeypatch.setattr(pipeline_reconciliation, "SOURCES_STEP", 7)
+    activate(db)
+    write(db, INSERT, entries(30))
+    drain(db)
+    gone = ["e00000", "e00006", "e00007", *(f"e000{i}" for i in range(14, 21)), "e00029"]
+    with db.begin() as conn:
+        conn.execute(
+            sa.text("UPDATE _emdash_media_usage_index_status SET capture_state = 'installing'")
+        )
+        conn.execute(
+            sa.text("DROP TRIGGER IF EXISTS " + _trigger(db, registered_posts, "ad") + _on(db))
+        )
+        conn.execute(sa.text("DELETE FROM ec_posts WHERE id IN :ids").bindparams(
+            sa.bindparam("ids", expanding=True)), {"ids": gone})  # fmt: skip
+        conn.execute(
+            sa.text(
+                "UPDATE _emdash_media_usage_index_status SET capture_state = 'active', "
+                "reconciliation_required = 1"
+            )
+        )
+    activate(db)
+    actions = converge(db, registered_posts.id)
+    assert status_row(db, registered_posts.id)["status"] == "complete"
+    assert actual_source_keys(db) == expected_source_keys(db)
+    assert len(actual_source_keys(db)) == 30 - len(gone)
+    assert actions.count("enqueued") >= 5  # the sources phase took several steps
+
+
 def _trigger(db, registered_posts, suffix):
     from media_usage_worker.repository.lifecycle.triggers import trigger_names
 

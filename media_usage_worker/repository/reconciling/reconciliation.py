@@ -386,25 +386,34 @@ def source_upper_key(bind: Bind, c: Coordinator) -> str | None:
     return upper
 
 
-def source_page(bind: Bind, c: Coordinator, limit: int) -> list[tuple[str, str]]:
-    """The next (source key, content id) pairs of the sources phase, up to its upper key."""
+def gone_in_source_range(bind: Bind, c: Coordinator, limit: int) -> tuple[str | None, list[str]]:
+    """The sources phase's next step: the last of the next ``limit`` source keys (``None``: none
+    left up to the phase's upper key), and the content ids in that range whose entry is gone.
+
+    The database finds them (an anti-join of the range against the content table), so a step
+    moves only the gone ids and two short reads however many entries it passes. The second
+    read is bounded by the key the first found, not by a count: a source row written between
+    the two cannot push a key of the range out of what the step checks.
+    """
     if c.source_upper_key is None:
-        return []
-    query = sa.select(_s.source_key, _s.content_id).where(
-        *_content_sources(c.collection_id), _s.source_key <= c.source_upper_key
-    )
+        return None, []
+    in_phase = [*_content_sources(c.collection_id), _s.source_key <= c.source_upper_key]
     if c.source_cursor is not None:
-        query = query.where(_s.source_key > c.source_cursor)
+        in_phase.append(_s.source_key > c.source_cursor)
+    keys = sa.select(_s.source_key).where(*in_phase).order_by(_s.source_key).limit(limit)
+    content = scope_columns(c.collection_slug)
     with transaction(bind) as conn:
-        return [(k, i) for k, i in conn.execute(query.order_by(_s.source_key).limit(limit))]
-
-
-def present_content_ids(bind: Bind, slug: str, candidates: list[str]) -> set[str]:
-    content = scope_columns(slug)
-    with transaction(bind) as conn:
-        return set(
-            conn.execute(sa.select(content.c.id).where(content.c.id.in_(candidates))).scalars()
+        last = conn.execute(sa.select(sa.func.max(keys.subquery().c.source_key))).scalar()
+        if last is None:
+            return None, []
+        entry = sa.select(1).where(content.c.id == _s.content_id)
+        gone = (
+            sa.select(_s.content_id)
+            .distinct()
+            .where(*in_phase, _s.source_key <= last, ~sa.exists(entry))
+            .order_by(_s.content_id)
         )
+        return last, list(conn.execute(gone).scalars())
 
 
 def work_states(bind: Bind, c: Coordinator) -> set[WorkState]:
