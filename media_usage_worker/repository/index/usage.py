@@ -25,7 +25,7 @@ from media_usage_worker.repository.base.schema import (
     sources,
 )
 from media_usage_worker.repository.lifecycle.activation import is_activation_active
-from media_usage_worker.repository.registry.host_sources import SCOPES, built_in_gaps
+from media_usage_worker.repository.registry.host_sources import SCOPES, built_in_gaps, list_sources
 from media_usage_worker.repository.registry.rules import read_rules_states
 
 _s = sources.c
@@ -103,8 +103,9 @@ def read_coverage(conn: sa.Connection) -> Coverage:
         )
         .order_by(c.slug)
     ).all()  # fmt: skip
-    states = read_rules_states(conn)
-    gaps = {shape.scope_key: (shape, why) for shape, why in built_in_gaps(conn).items()}
+    sources = list_sources(conn)  # read once for the rules and the built-in sources
+    states = read_rules_states(conn, sources)
+    gaps = {shape.scope_key: (shape, why) for shape, why in built_in_gaps(conn, sources).items()}
     scopes = []
     for slug, collection_id, status, required, schema_version in rows:
         rules = states.get(collection_id, RulesState())

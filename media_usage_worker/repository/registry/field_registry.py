@@ -10,7 +10,9 @@ schema").
 
 from __future__ import annotations
 
+import functools
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -20,7 +22,7 @@ from media_usage_worker.domain.content_model import (
     FieldDefinition,
     nested_deeper_than,
 )
-from media_usage_worker.domain.host_sources import ID_PREFIX
+from media_usage_worker.domain.host_sources import ID_PREFIX, HostSource
 from media_usage_worker.domain.snapshots import field_fingerprint
 from media_usage_worker.repository.base.db import Bind, read_transaction
 from media_usage_worker.repository.base.schema import collections, fields, reference_paths
@@ -60,26 +62,46 @@ def load_fields(bind: Bind, collection_id: str) -> list[FieldDefinition]:
     return [_definition(row, declared) for row in rows]
 
 
-def current_fingerprints(conn: sa.Connection) -> dict[str, str]:
+_ALL_PATHS = sa.select(
+    reference_paths.c.collection_id, reference_paths.c.field_slug, reference_paths.c.path
+).order_by(reference_paths.c.collection_id, reference_paths.c.path)
+_COLLECTION_IDS = sa.select(collections.c.id)
+_ALL_FIELDS = sa.select(*_FIELD_COLUMNS).order_by(fields.c.collection_id, *_ORDER)
+
+
+def current_fingerprints(
+    conn: sa.Connection, sources: Sequence[HostSource] | None = None
+) -> dict[str, str]:
     """The fingerprint of every registered collection's and source's fields as they are now,
-    by collection id, in three statements whatever the number of collections."""
+    by collection id, in three statements whatever the number of collections (four without
+    ``sources``, the registered sources when the caller has read them already).
+
+    Every coverage read asks this, and the registry rarely changes: the rows are read each
+    time, and what is computed from them (validation parsed, fields hashed) is remembered for
+    the same rows exactly."""
+    paths = tuple(conn.execute(_ALL_PATHS).all())
+    ids = tuple(conn.execute(_COLLECTION_IDS).scalars())
+    rows = tuple(conn.execute(_ALL_FIELDS).all())
+    known = tuple(list_sources(conn) if sources is None else sources)
+    return dict(_fingerprints_of(paths, ids, rows, known))
+
+
+@functools.lru_cache(maxsize=16)
+def _fingerprints_of(
+    paths: tuple[Any, ...], ids: tuple[str, ...], rows: tuple[Any, ...], sources: tuple[Any, ...]
+) -> dict[str, str]:
+    """``current_fingerprints`` of rows read (pure: the same rows, the same fingerprints; the
+    caller copies the dict it returns)."""
     pairs: dict[str, list[tuple[str, str]]] = {}
-    for collection_id, field_slug, path in conn.execute(
-        sa.select(
-            reference_paths.c.collection_id, reference_paths.c.field_slug, reference_paths.c.path
-        ).order_by(reference_paths.c.collection_id, reference_paths.c.path)
-    ):
+    for collection_id, field_slug, path in paths:
         pairs.setdefault(collection_id, []).append((field_slug, path))
-    by_collection: dict[str, list[FieldDefinition]] = {
-        collection_id: [] for collection_id in conn.execute(sa.select(collections.c.id)).scalars()
-    }
-    rows = conn.execute(sa.select(*_FIELD_COLUMNS).order_by(fields.c.collection_id, *_ORDER))
+    by_collection: dict[str, list[FieldDefinition]] = {collection_id: [] for collection_id in ids}
     for row in rows:
         if row.collection_id in by_collection:
             declared = _by_field(pairs.get(row.collection_id, []))
             by_collection[row.collection_id].append(_definition(row, declared))
     found = {cid: field_fingerprint(defined) for cid, defined in by_collection.items()}
-    for source in list_sources(conn):
+    for source in sources:
         found[source.collection_id] = field_fingerprint(
             source.fields(pairs.get(source.collection_id, []))
         )

@@ -8,7 +8,7 @@ its coverage row (reconciled from the start) and, on removal, every row of it in
 from __future__ import annotations
 
 import json
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -142,22 +142,26 @@ def catalog_columns(conn: sa.Connection, tables: Collection[str]) -> dict[str, s
 
 
 def built_in_readings(
-    conn: sa.Connection,
+    conn: sa.Connection, sources: Sequence[HostSource] | None = None
 ) -> list[tuple[HostSource, set[str] | None, HostSource | None]]:
     """Each built-in source's shape (``BUILT_IN``) with the columns its table has now (``None``:
-    no such table) and the source as it is registered (``None``: it is not)."""
+    no such table) and the source as it is registered (``None``: it is not). ``sources``: the
+    registered sources, when the caller has read them."""
     present = catalog_columns(conn, BUILT_IN_TABLES)
+    known = list_sources(conn) if sources is None else sources
     registered: dict[SourceKind, HostSource] = {
-        s.kind: s for s in list_sources(conn) if s.kind != SourceKind.TABLE
+        s.kind: s for s in known if s.kind != SourceKind.TABLE
     }
     return [(shape, present.get(shape.table), registered.get(shape.kind)) for shape in BUILT_IN]
 
 
-def built_in_gaps(conn: sa.Connection) -> dict[HostSource, str]:
+def built_in_gaps(
+    conn: sa.Connection, sources: Sequence[HostSource] | None = None
+) -> dict[HostSource, str]:
     """The built-in sources not indexed as their tables are now, each with the reason (by its
     shape in ``BUILT_IN``); empty when every one is (``domain.host_sources.built_in_gap``)."""
     gaps = {}
-    for shape, columns, registered in built_in_readings(conn):
+    for shape, columns, registered in built_in_readings(conn, sources):
         gap = built_in_gap(shape, columns, registered)
         if gap is not None:
             gaps[shape] = gap

@@ -14,12 +14,14 @@ a run in progress restarts under them).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
 
 from media_usage_worker.domain.errors import CollectionNotFound
+from media_usage_worker.domain.host_sources import HostSource
 from media_usage_worker.domain.reference_paths import ReferencePath
 from media_usage_worker.domain.rules import RulesState
 from media_usage_worker.domain.vocabulary import CaptureState, CoverageStatus, ErrorCode
@@ -104,12 +106,14 @@ def mark_rules_changed(bind: Bind) -> list[str]:
         return sorted(conn.execute(_MARK_RULES_CHANGED).scalars())
 
 
-def read_rules_states(conn: sa.Connection) -> dict[str, RulesState]:
+def read_rules_states(
+    conn: sa.Connection, sources: Sequence[HostSource] | None = None
+) -> dict[str, RulesState]:
     """The rules state of every registered collection and source, and of every recorded one,
     by collection id, with the fingerprint of its fields in the registry now (``None``: not
     registered any more). One registered but never recorded has ``RulesState()``'s record:
-    never current."""
-    fingerprints = current_fingerprints(conn)
+    never current. ``sources``: the registered sources, when the caller has read them."""
+    fingerprints = current_fingerprints(conn, sources)
     rows = conn.execute(
         sa.select(
             _rs.collection_id, _rs.rules_revision, _rs.indexed_extraction_version,
