@@ -1,5 +1,5 @@
 """``python -m bench [all|drain|tick|latency|memory|sqlite|cpu|single|reads|backfill|cleanup|
-console] [--smoke]``: see docs/benchmarks.md."""
+console|report] [--smoke]``: see docs/benchmarks.md (``report`` draws its figures as charts)."""
 
 from __future__ import annotations
 
@@ -57,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
             "backfill",
             "cleanup",
             "console",
+            "report",
         ],
     )
     parser.add_argument("--smoke", action="store_true", help="tiny sizes: check the harness")
@@ -91,6 +92,11 @@ def main(argv: list[str] | None = None) -> int:
         help="items/s the latency load is half of (default: measured drain)",
     )
     args = parser.parse_args(argv)  # fmt: skip
+    if args.which == "report":  # draws recorded figures: no servers, no machine line
+        from bench import report
+
+        print("\n".join(report.run()), flush=True)
+        return 0
     size = dict(SMOKE if args.smoke else FULL)
     entries = args.entries or size["entries"]
     repeat = args.repeat or size["repeat"]

@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 
 import sqlalchemy as sa
 
-from bench.env import Bench
+from bench.env import Bench, busy_core_seconds
 from bench.stats import percentile
 from media_usage_worker.api import MediaUsage
 from media_usage_worker.repository.base import statistics
@@ -140,16 +140,20 @@ def _http(
                 errors[0] += failed
 
         threads = [threading.Thread(target=client, args=(n,)) for n in range(clients)]
+        busy_before = busy_core_seconds()
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join()
+        busy = busy_core_seconds() - busy_before
     rate = len(latencies) / seconds
     p99 = percentile(latencies, 99)
     label = f"HTTP /v1/usage, {clients} clients, {seconds:g} s, {workers} server process(es)"
     line = (
         f"{label:<60} p50 {percentile(latencies, 50):>8.2f} ms  p99 {p99:>8.2f} ms  "
-        f"{rate:.0f} requests/s  errors {errors[0]}  (n={len(latencies)})"
+        f"{rate:.0f} requests/s  errors {errors[0]}  (n={len(latencies)}; the machine busy "
+        f"{busy / seconds:.2f} cores, {busy * 1000 / max(1, len(latencies)):.2f} core-ms per "
+        "request: server, database and clients)"
     )
     return line, rate, p99
 
