@@ -38,6 +38,11 @@ def machine() -> str:
             f"SQLAlchemy {sqlalchemy.__version__}")  # fmt: skip
 
 
+def _server_shapes(workers: list[int], threads: list[int]) -> list[tuple[int, int]]:
+    """Every (processes, threads) the reads benchmark loads, the first the baseline."""
+    return [(w, t) for t in threads for w in workers]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench")
     parser.add_argument(
@@ -71,6 +76,13 @@ def main(argv: list[str] | None = None) -> int:
         nargs="+",
         default=[1, 2],
         help="reads: serve --workers for each HTTP load, alternating (1 2)",
+    )
+    parser.add_argument(
+        "--server-threads",
+        type=int,
+        nargs="+",
+        default=[40],
+        help="reads: MEDIA_USAGE_API_THREADS for each HTTP load, with each --server-workers",
     )
     parser.add_argument(
         "--dialects", nargs="+", choices=["postgresql", "sqlite"], default=["postgresql", "sqlite"]
@@ -154,7 +166,8 @@ def main(argv: list[str] | None = None) -> int:
             report(
                 reads.run(
                     bench, site, library, samples, clients, seconds,
-                    tuple(args.server_workers), repeat, tuple(args.dialects),
+                    tuple(_server_shapes(args.server_workers, args.server_threads)), repeat,
+                    tuple(args.dialects),
                 )
             )  # fmt: skip
         if args.which in ("all", "cleanup"):

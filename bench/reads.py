@@ -100,14 +100,16 @@ def _python_api(engine: sa.Engine, library: int, samples: int, rng: random.Rando
 
 
 def _http(
-    url: str, tmp: Path, library: int, clients: int, seconds: float, workers: int = 1
+    url: str, tmp: Path, library: int, clients: int, seconds: float, server: Server = (1, 40)
 ) -> tuple[str, float, float]:
-    """One closed-loop load of ``clients`` on ``serve --workers workers``: its line, requests/s
-    and p99 (ms)."""
+    """One closed-loop load of ``clients`` on ``serve --workers W`` with ``T`` threads each
+    (``server``: W, T): its line, requests/s and p99 (ms)."""
     latencies: list[float] = []
     errors = [0]
     lock = threading.Lock()
-    with serving(url, tmp, workers, MEDIA_USAGE_METRICS_CACHE_SECONDS="5") as api:
+    workers, threads = server
+    env = {"MEDIA_USAGE_METRICS_CACHE_SECONDS": "5", "MEDIA_USAGE_API_THREADS": str(threads)}
+    with serving(url, tmp, workers, **env) as api:
         where = urlsplit(api.base)
         deadline = time.monotonic() + seconds
 
@@ -148,7 +150,7 @@ def _http(
         busy = busy_core_seconds() - busy_before
     rate = len(latencies) / seconds
     p99 = percentile(latencies, 99)
-    label = f"HTTP /v1/usage, {clients} clients, {seconds:g} s, {workers} server process(es)"
+    label = f"HTTP /v1/usage, {clients} clients, {seconds:g} s, {_shown(server)}"
     line = (
         f"{label:<60} p50 {percentile(latencies, 50):>8.2f} ms  p99 {p99:>8.2f} ms  "
         f"{rate:.0f} requests/s  errors {errors[0]}  (n={len(latencies)}; the machine busy "
@@ -158,6 +160,13 @@ def _http(
     return line, rate, p99
 
 
+Server = tuple[int, int]  # serve --workers, MEDIA_USAGE_API_THREADS
+
+
+def _shown(server: Server) -> str:
+    return f"{server[0]} process(es) x {server[1]} threads"
+
+
 def run(
     bench: Bench,
     entries: int,
@@ -165,13 +174,14 @@ def run(
     samples: int,
     clients: int,
     seconds: float,
-    server_workers: tuple[int, ...] = (1,),
+    servers: tuple[Server, ...] = ((1, 40),),
     rounds: int = 1,
     dialects: tuple[str, ...] = ("postgresql", "sqlite"),
 ) -> list[str]:
-    """The Python API's reads beside their floor, then the HTTP load for each server process
-    count in ``server_workers``, the counts alternating over ``rounds``. The clients run in
-    this process, on the same cores as the server and the database."""
+    """The Python API's reads beside their floor, then the HTTP load for each server shape in
+    ``servers`` (processes, threads), the shapes alternating over ``rounds``; ratios against
+    the first. The clients run in this process, on the same cores as the server and the
+    database."""
     lines = [f"reads over {entries:,} entries and {library:,} library items"]
     for dialect in dialects:
         rng = random.Random(7)
@@ -185,20 +195,19 @@ def run(
         )
         lines += [f"reads {dialect} {line}" for line in _python_api(engine, library, samples, rng)]
         engine.dispose()
-        measured: dict[int, list[tuple[float, float]]] = {w: [] for w in server_workers}
+        measured: dict[Server, list[tuple[float, float]]] = {shape: [] for shape in servers}
         for round_ in range(rounds):
-            order = server_workers if round_ % 2 == 0 else tuple(reversed(server_workers))
-            for workers in order:
-                line, rate, p99 = _http(url, bench.tmp, library, clients, seconds, workers)
-                measured[workers].append((rate, p99))
+            order = servers if round_ % 2 == 0 else tuple(reversed(servers))
+            for shape in order:
+                line, rate, p99 = _http(url, bench.tmp, library, clients, seconds, shape)
+                measured[shape].append((rate, p99))
                 lines.append(f"reads {dialect} {line}")
-        if len(server_workers) > 1:
-            base = median(rate for rate, _ in measured[server_workers[0]])
-            for workers in server_workers[1:]:
-                rate = median(r for r, _ in measured[workers])
-                p99 = median(p for _, p in measured[workers])
-                lines.append(
-                    f"reads {dialect} HTTP {workers} processes / {server_workers[0]}: "
-                    f"{rate / base:.2f}x requests/s (medians of {rounds}), p99 {p99:.1f} ms"
-                )
+        base = median(rate for rate, _ in measured[servers[0]])
+        for shape in servers[1:]:
+            rate = median(r for r, _ in measured[shape])
+            p99 = median(p for _, p in measured[shape])
+            lines.append(
+                f"reads {dialect} HTTP {_shown(shape)} / {_shown(servers[0])}: "
+                f"{rate / base:.2f}x requests/s (medians of {rounds}), p99 {p99:.1f} ms"
+            )
     return lines

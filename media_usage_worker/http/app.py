@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
+import anyio.to_thread
 import sqlalchemy as sa
 from fastapi import Depends, FastAPI, Request
 
@@ -30,6 +31,8 @@ def create_app(engine: sa.Engine, settings: ApiSettings) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        # The routes that read the database run on the event loop's thread pool.
+        anyio.to_thread.current_default_thread_limiter().total_tokens = settings.threads
         yield
         engine.dispose()
 

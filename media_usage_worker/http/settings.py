@@ -47,6 +47,10 @@ class ApiSettings:
     metrics_cache_seconds: int
     # A client has this long to send a request's headers; then its connection is closed.
     header_timeout_seconds: int = 10
+    # Requests one server process runs at once (its threads; the rest wait their turn). Fewer
+    # threads contend less for the interpreter when the database is near and the process is
+    # busy; more keep it serving while requests wait on a distant database.
+    threads: int = 40
     # Where ``POST /v1/media/purge`` hands purged files (docs/operations.md).
     purge: PurgeTarget = field(default_factory=PurgeTarget)
     purge_queue: str = "celery"
@@ -93,7 +97,18 @@ class ApiSettings:
             header_timeout_seconds=positive_setting(
                 env, "MEDIA_USAGE_API_HEADER_TIMEOUT_SECONDS", 10
             ),
+            threads=_checked_threads(env),
         )
+
+
+MAX_THREADS = 256
+
+
+def _checked_threads(env: Mapping[str, str]) -> int:
+    threads = positive_setting(env, "MEDIA_USAGE_API_THREADS", 40)
+    if threads > MAX_THREADS:
+        raise InvalidSetting(f"MEDIA_USAGE_API_THREADS is at most {MAX_THREADS}, not {threads}.")
+    return threads
 
 
 def _checked_url(env: Mapping[str, str], name: str, *, template: bool) -> str | None:

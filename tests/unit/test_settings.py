@@ -126,3 +126,27 @@ def test_public_reads_names_every_value_it_takes() -> None:
     message = str(refused.value)
     assert all(word in message for word in ("yes", "no", "true", "false", "1", "0")), message
     assert "'off'" in message
+
+
+def test_the_servers_threads_are_a_bounded_whole_number_and_size_its_pool() -> None:
+    import anyio.to_thread
+    import sqlalchemy as sa
+
+    from media_usage_worker.http.app import create_app
+    from media_usage_worker.http.settings import MAX_THREADS, ApiSettings
+
+    assert ApiSettings.from_env({}).threads == 40
+    assert ApiSettings.from_env({"MEDIA_USAGE_API_THREADS": "4"}).threads == 4
+    for bad in ("0", "-1", "four", str(MAX_THREADS + 1)):
+        with pytest.raises(InvalidSetting) as refused:
+            ApiSettings.from_env({"MEDIA_USAGE_API_THREADS": bad})
+        assert "MEDIA_USAGE_API_THREADS" in str(refused.value)
+    app = create_app(
+        sa.create_engine("sqlite://"), ApiSettings.from_env({"MEDIA_USAGE_API_THREADS": "3"})
+    )
+
+    async def started() -> int:
+        async with app.router.lifespan_context(app):
+            return anyio.to_thread.current_default_thread_limiter().total_tokens
+
+    assert anyio.run(started) == 3
