@@ -16,6 +16,9 @@ MIN_TOKEN_LENGTH = 16
 # Request bodies (the operator's POSTs) are a few ids; anything larger is refused unread.
 MAX_BODY_BYTES = 8192
 _TRUE, _FALSE = {"1", "true", "yes"}, {"", "0", "false", "no"}
+# Requests one server process runs at once, by default and at most.
+DEFAULT_THREADS = 4
+MAX_THREADS = 256
 
 
 # A token must have at least this many different characters: "aaaaaaaaaaaaaaaa" is 16
@@ -47,10 +50,10 @@ class ApiSettings:
     metrics_cache_seconds: int
     # A client has this long to send a request's headers; then its connection is closed.
     header_timeout_seconds: int = 10
-    # Requests one server process runs at once (its threads; the rest wait their turn). Fewer
+    # Requests one server process runs at once (its threads; the rest wait their turn). Few
     # threads contend less for the interpreter when the database is near and the process is
-    # busy; more keep it serving while requests wait on a distant database.
-    threads: int = 40
+    # busy (docs/benchmarks.md §6); more keep it serving while requests wait on a distant one.
+    threads: int = DEFAULT_THREADS
     # Where ``POST /v1/media/purge`` hands purged files (docs/operations.md).
     purge: PurgeTarget = field(default_factory=PurgeTarget)
     purge_queue: str = "celery"
@@ -101,11 +104,8 @@ class ApiSettings:
         )
 
 
-MAX_THREADS = 256
-
-
 def _checked_threads(env: Mapping[str, str]) -> int:
-    threads = positive_setting(env, "MEDIA_USAGE_API_THREADS", 40)
+    threads = positive_setting(env, "MEDIA_USAGE_API_THREADS", DEFAULT_THREADS)
     if threads > MAX_THREADS:
         raise InvalidSetting(f"MEDIA_USAGE_API_THREADS is at most {MAX_THREADS}, not {threads}.")
     return threads

@@ -135,8 +135,8 @@ def test_the_servers_threads_are_a_bounded_whole_number_and_size_its_pool() -> N
     from media_usage_worker.http.app import create_app
     from media_usage_worker.http.settings import MAX_THREADS, ApiSettings
 
-    assert ApiSettings.from_env({}).threads == 40
-    assert ApiSettings.from_env({"MEDIA_USAGE_API_THREADS": "4"}).threads == 4
+    assert ApiSettings.from_env({}).threads == 4
+    assert ApiSettings.from_env({"MEDIA_USAGE_API_THREADS": "40"}).threads == 40
     for bad in ("0", "-1", "four", str(MAX_THREADS + 1)):
         with pytest.raises(InvalidSetting) as refused:
             ApiSettings.from_env({"MEDIA_USAGE_API_THREADS": bad})
