@@ -98,6 +98,26 @@ def _p50_p99_bars(plt: Any, data: dict[str, Any], names: list[str], title: str, 
     return _save(plt, figure, out)
 
 
+def http_shapes(plt: Any, data: dict[str, Any], out: Path) -> str:
+    figure, (left, right) = plt.subplots(1, 2, figsize=(8.4, 3.4))
+    shapes = data["shapes"]
+    width = 0.38
+    for n, dialect in enumerate(DIALECTS):
+        offset = [i + (n - 0.5) * width for i in range(len(shapes))]
+        left.bar(offset, data["requests_per_second"][dialect], width, label=dialect)
+        right.bar(offset, data["p99_ms"][dialect], width, label=dialect)
+    left.axhline(data["target_requests_per_second"], color="black", linewidth=0.8, ls="--")
+    left.set_ylabel("requests/s, 50 clients")
+    left.set_title(f"HTTP /v1/usage by server shape (§{data['section']})")
+    right.set_ylabel("p99, ms")
+    right.set_title("Its p99")
+    for axes in (left, right):
+        axes.set_xticks(range(len(shapes)), shapes)
+        axes.set_xlabel("processes x threads")
+        axes.legend(fontsize=7)
+    return _save(plt, figure, out / "http.png")
+
+
 def run(out: Path = OUT) -> list[str]:
     """Draw every chart into ``out``; a line per file."""
     plt = _pyplot()
@@ -106,6 +126,7 @@ def run(out: Path = OUT) -> list[str]:
     return [
         backfill_throughput(plt, figures["backfill_throughput"], out),
         backfill_under_writes(plt, figures["backfill_under_writes"], out),
+        http_shapes(plt, figures["http"], out),
         _p50_p99_bars(plt, reads, reads["reads"], "Reads at 100,000 entries", out / "reads.png"),
         _p50_p99_bars(
             plt, console, console["pages"], "Console pages at 100,000 entries",
