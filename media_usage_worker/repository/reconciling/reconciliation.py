@@ -25,7 +25,7 @@ from media_usage_worker.domain.vocabulary import (
     WorkState,
 )
 from media_usage_worker.repository.base.clock import db_now
-from media_usage_worker.repository.base.db import Bind, transaction
+from media_usage_worker.repository.base.db import Bind, read_transaction, transaction
 from media_usage_worker.repository.base.ids import new_ulid
 from media_usage_worker.repository.base.predicates import (
     active_status_row,
@@ -402,7 +402,8 @@ def gone_in_source_range(bind: Bind, c: Coordinator, limit: int) -> tuple[str | 
         in_phase.append(_s.source_key > c.source_cursor)
     keys = sa.select(_s.source_key).where(*in_phase).order_by(_s.source_key).limit(limit)
     content = scope_columns(c.collection_slug)
-    with transaction(bind) as conn:
+    # Reads only: on SQLite no writer waits for them.
+    with read_transaction(bind) as conn:
         last = conn.execute(sa.select(sa.func.max(keys.subquery().c.source_key))).scalar()
         if last is None:
             return None, []
