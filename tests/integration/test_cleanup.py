@@ -24,7 +24,7 @@ from media_usage_worker.repository.base.schema import media
 from media_usage_worker.repository.quarantine import cleanup as store
 from media_usage_worker.repository.registry.collections import create_collection
 from tests.integration.test_sources import settle
-from tests.support import drain, mark_coverage_complete
+from tests.support import db_time, drain, mark_coverage_complete
 
 API_DOC = (Path(__file__).resolve().parents[2] / "docs" / "api.md").read_text()
 LIBRARY = {
@@ -144,8 +144,10 @@ def test_the_totals_are_counted_once_per_state_and_follow_every_change(site) -> 
         assert read.known
         return read.totals
 
-    assert totals() == (3, 600) and remembered.misses == 1
-    assert totals() == (3, 600) and remembered.hits == 1
+    day = db_time(site)[:10]
+    assert totals() == totals() == (3, 600)
+    if db_time(site)[:10] == day:  # a new day between the two is a new state
+        assert (remembered.misses, remembered.hits) == (1, 1)
     sql(
         site, "INSERT INTO media (id, filename, mime_type, size, storage_key, created_at) "
         "VALUES ('m6', 'f.png', 'image/png', 600, 'f.png', '2020-01-01 00:00:00')",
@@ -161,7 +163,10 @@ def test_the_totals_are_counted_once_per_state_and_follow_every_change(site) -> 
     assert totals() == (3, 600)
     assert totals(mime_prefix="image/") == (2, 400)
     sql(site, "UPDATE media SET mime_type = 'application/pdf' WHERE id = 'm3'")
-    assert totals(mime_prefix="image/") == (2, 400)  # unseen until the age limit
+    day = db_time(site)[:10]
+    unseen = totals(mime_prefix="image/")
+    if db_time(site)[:10] == day:  # a new day is a new state: counted again at once
+        assert unseen == (2, 400)  # unseen until the age limit
     clock[0] += 61
     assert totals(mime_prefix="image/") == (1, 100)
     # Another database's engine never sees these.
