@@ -134,13 +134,29 @@ def complete_without_note(
 ) -> None:
     """Claim and complete an item but send no coverage note: what a worker killed right after
     its completion commit leaves behind."""
+    repo, item, lease_token = _claimed(engine, collection_id, content_id, work_version)
+    assert repo.complete_work(**item, lease_token=lease_token)
+
+
+def fail_without_note(
+    engine: sa.Engine, collection_id: str, content_id: str, error_code: str, work_version: int = 1
+) -> None:
+    """Claim and fail an item for good but send no failure note: what a note that found the
+    status row held leaves behind."""
+    repo, item, lease_token = _claimed(engine, collection_id, content_id, work_version)
+    assert repo.fail_work(**item, lease_token=lease_token, error_code=error_code)
+
+
+def _claimed(
+    engine: sa.Engine, collection_id: str, content_id: str, work_version: int
+) -> tuple[Any, dict[str, Any], str]:
     from media_usage_worker.repository.work_queue.work import MediaUsageWorkRepository
 
     repo = MediaUsageWorkRepository(engine)
     item = {"collection_id": collection_id, "content_id": content_id, "work_version": work_version}
     claimed = repo.claim_work(**item, lease_duration_seconds=60)
     assert claimed is not None
-    assert repo.complete_work(**item, lease_token=claimed.lease_token)
+    return repo, item, claimed.lease_token
 
 
 def db_time(engine: sa.Engine) -> str:

@@ -16,6 +16,7 @@ from tests.support import (
     SAMPLE_FIELDS,
     active_collection,
     complete_without_note,
+    fail_without_note,
     mark_coverage_complete,
     status_row,
 )
@@ -89,24 +90,12 @@ def test_a_sweep_during_an_open_write_neither_waits_nor_restores(db, complete_po
     assert restore_settled_coverage(db) == []  # e2's work row is there now
 
 
-def _fail_without_note(db: sa.Engine, collection_id: str, content_id: str) -> None:
-    """Claim and fail an item for good but send no failure note: what a note that found the
-    status row held leaves behind."""
-    from media_usage_worker.repository.work_queue.work import MediaUsageWorkRepository
-
-    repo = MediaUsageWorkRepository(db)
-    item = {"collection_id": collection_id, "content_id": content_id, "work_version": 1}
-    claimed = repo.claim_work(**item, lease_duration_seconds=60)
-    assert claimed is not None
-    assert repo.fail_work(**item, lease_token=claimed.lease_token, error_code="MEDIA_USAGE_X")
-
-
 def test_a_lost_failure_note_is_made_partial_with_its_code_and_only_once(
     db, complete_posts
 ) -> None:
     with db.begin() as conn:
         _write(conn, "e1")
-    _fail_without_note(db, complete_posts.id, "e1")
+    fail_without_note(db, complete_posts.id, "e1", "MEDIA_USAGE_X")
     assert status_row(db, complete_posts.id)["status"] == "stale"
 
     assert note_lost_failures(db) == ["posts"]
@@ -120,7 +109,7 @@ def test_a_lost_failure_note_is_made_partial_with_its_code_and_only_once(
 def test_no_failure_is_noted_while_a_reconciliation_is_due(db, complete_posts) -> None:
     with db.begin() as conn:
         _write(conn, "e1")
-    _fail_without_note(db, complete_posts.id, "e1")
+    fail_without_note(db, complete_posts.id, "e1", "MEDIA_USAGE_X")
     with db.begin() as conn:
         conn.execute(sa.text(
             "UPDATE _emdash_media_usage_index_status SET reconciliation_required = 1"
@@ -139,7 +128,7 @@ def test_a_failure_note_that_found_the_row_held_is_repaired_by_the_next_sweep(
 
     with db.begin() as conn:
         _write(conn, "e1")
-    _fail_without_note(db, complete_posts.id, "e1")
+    fail_without_note(db, complete_posts.id, "e1", "MEDIA_USAGE_X")
     holder = db.connect()
     holder.begin()
     holder.execute(sa.text("SELECT 1 FROM _emdash_media_usage_index_status FOR UPDATE"))

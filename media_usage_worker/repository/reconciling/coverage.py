@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import sqlalchemy as sa
 
 from media_usage_worker.domain.vocabulary import CaptureState, CoverageStatus, WorkState
@@ -139,20 +142,36 @@ def restore_settled_coverage(bind: Bind) -> list[str]:
     locked by the read: a capture holding that row is skipped (it is about to make the
     collection stale anyway), and one that committed since the read has moved the epoch.
     """
+
+    def restore(conn: sa.Connection, params: dict[str, str], current: sa.Row[Any]) -> bool:
+        if not current.restorable:
+            return False
+        update = conn.execute(_RESTORE_SETTLED, {**params, "p_epoch": current.change_epoch})
+        if update.rowcount:
+            note_complete(conn, [params["p_collection_id"]])
+        return bool(update.rowcount)
+
+    return _sweep(bind, _SETTLED_CANDIDATES, restore)
+
+
+def _sweep(
+    bind: Bind,
+    candidates: sa.Select[Any],
+    act: Callable[[sa.Connection, dict[str, str], sa.Row[Any]], bool],
+) -> list[str]:
+    """The tick's repair of a lost note: for each (collection id, slug) ``candidates`` finds,
+    one transaction that locks its status row (``_READ_SETTLED``, skipping a row something
+    else holds) and runs ``act``; the slugs where ``act`` changed the row."""
     with transaction(bind) as conn:
-        candidates = conn.execute(_SETTLED_CANDIDATES).all()
-    restored = []
-    for collection_id, slug in candidates:
+        found = conn.execute(candidates).all()
+    changed = []
+    for collection_id, slug in found:
         params = {"p_collection_id": collection_id, "p_slug": slug}
         with transaction(bind) as conn:
             current = conn.execute(_READ_SETTLED, params).first()
-            if current is None or not current.restorable:
-                continue
-            update = conn.execute(_RESTORE_SETTLED, {**params, "p_epoch": current.change_epoch})
-            if update.rowcount:
-                note_complete(conn, [collection_id])
-                restored.append(slug)
-    return restored
+            if current is not None and act(conn, params, current):
+                changed.append(slug)
+    return changed
 
 
 # The latest failure's code in a collection: what a lost failure note would have written.
@@ -207,17 +226,11 @@ def note_lost_failures(bind: Bind) -> list[str]:
     operator would not see why. The tick calls this, the twin of restore_settled_coverage,
     with the same rule of never waiting on a held row.
     """
-    with transaction(bind) as conn:
-        candidates = conn.execute(_UNNOTED_CANDIDATES).all()
-    noted = []
-    for collection_id, slug in candidates:
-        params = {"p_collection_id": collection_id, "p_slug": slug}
-        with transaction(bind) as conn:
-            if conn.execute(_READ_SETTLED, params).first() is None:
-                continue
-            if conn.execute(_NOTE_LOST_FAILURE, params).rowcount:
-                noted.append(slug)
-    return noted
+
+    def note(conn: sa.Connection, params: dict[str, str], _: sa.Row[Any]) -> bool:
+        return bool(conn.execute(_NOTE_LOST_FAILURE, params).rowcount)
+
+    return _sweep(bind, _UNNOTED_CANDIDATES, note)
 
 
 def record_incremental_failure(
