@@ -38,9 +38,12 @@ def machine() -> str:
             f"SQLAlchemy {sqlalchemy.__version__}")  # fmt: skip
 
 
-def _server_shapes(workers: list[int], threads: list[int]) -> list[tuple[int, int]]:
-    """Every (processes, threads) the reads benchmark loads, the first the baseline."""
-    return [(w, t) for t in threads for w in workers]
+def _server_shapes(workers: list[int], threads: list[int] | None) -> list[tuple[int, int]]:
+    """Every (processes, threads) the reads benchmark loads, the first the baseline; no
+    threads given: the server's default."""
+    from media_usage_worker.http.settings import DEFAULT_THREADS
+
+    return [(w, t) for t in threads or [DEFAULT_THREADS] for w in workers]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -81,8 +84,9 @@ def main(argv: list[str] | None = None) -> int:
         "--server-threads",
         type=int,
         nargs="+",
-        default=[40],
-        help="reads: MEDIA_USAGE_API_THREADS for each HTTP load, with each --server-workers",
+        default=None,
+        help="reads: MEDIA_USAGE_API_THREADS for each HTTP load, with each --server-workers "
+        "(default: the server's default)",
     )
     parser.add_argument(
         "--dialects", nargs="+", choices=["postgresql", "sqlite"], default=["postgresql", "sqlite"]

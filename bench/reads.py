@@ -23,6 +23,7 @@ import sqlalchemy as sa
 from bench.env import Bench, busy_core_seconds
 from bench.stats import percentile
 from media_usage_worker.api import MediaUsage
+from media_usage_worker.http.settings import DEFAULT_THREADS
 from media_usage_worker.repository.base import statistics
 from media_usage_worker.repository.base.db import create_engine
 from media_usage_worker.repository.registry import collections
@@ -100,7 +101,7 @@ def _python_api(engine: sa.Engine, library: int, samples: int, rng: random.Rando
 
 
 def _http(
-    url: str, tmp: Path, library: int, clients: int, seconds: float, server: Server = (1, 40)
+    url: str, tmp: Path, library: int, clients: int, seconds: float, server: Server
 ) -> tuple[str, float, float]:
     """One closed-loop load of ``clients`` on ``serve --workers W`` with ``T`` threads each
     (``server``: W, T): its line, requests/s and p99 (ms)."""
@@ -174,7 +175,7 @@ def run(
     samples: int,
     clients: int,
     seconds: float,
-    servers: tuple[Server, ...] = ((1, 40),),
+    servers: tuple[Server, ...] = ((1, DEFAULT_THREADS),),
     rounds: int = 1,
     dialects: tuple[str, ...] = ("postgresql", "sqlite"),
 ) -> list[str]:
