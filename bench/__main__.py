@@ -100,6 +100,12 @@ def main(argv: list[str] | None = None) -> int:
         nargs="+",
         help="backfill: new entries/s written during it, each rate a run (0 1 10 50)",
     )
+    parser.add_argument(
+        "--new-user",
+        action="store_true",
+        help="backfill: a new user's first run with 2,000 updates and 1,000 deletes, beside "
+        "Wagtail's rebuild (PostgreSQL)",
+    )
     parser.add_argument("--latency-writes", type=int)
     parser.add_argument(
         "--capacity",
@@ -147,7 +153,11 @@ def main(argv: list[str] | None = None) -> int:
             report(cpu.run(bench, entries, repeat, args.workers[0]))
         if args.which in ("all", "single"):
             report(single.run(bench, entries, repeat, items=min(entries, 1000)))
-        if args.which == "backfill" and args.write_rate:
+        if args.which == "backfill" and args.new_user:
+            from bench import new_user
+
+            report(new_user.run(bench, entries, repeat, args.workers[0]))
+        elif args.which == "backfill" and args.write_rate:
             from bench import converge
 
             report(

@@ -44,7 +44,7 @@ class Backfill:
     """One run's figures."""
 
     activation: float = 0.0  # entries/s, activation -> complete
-    tail: float = 0.0  # s, the work table's last emptying -> complete
+    tail: float = 0.0  # s, the last work row's or key range's end -> complete
     reindex: float = 0.0  # entries/s, rules change -> complete
     peak_rss_mib: float = 0.0  # the largest worker pool process, sampled
     rss_at_10k_mib: float | None = None  # the same, once RSS_AFTER entries were indexed
@@ -76,15 +76,22 @@ def _indexed(engine: sa.Engine) -> int:
         )
 
 
+# Work rows or key ranges left: the run's entries are not all indexed yet.
+_WORK_LEFT = sa.text(
+    "SELECT 1 FROM _emdash_media_usage_work UNION ALL "
+    "SELECT 1 FROM _media_usage_worker_backfill_ranges LIMIT 1"
+)
+
+
 def _until_complete(engine: sa.Engine, worker: subprocess.Popen, run: Backfill) -> float:
     """Seconds until every collection is ``complete``; samples RSS and the work table meanwhile
-    (``run.tail`` is measured from the work table's last emptying)."""
+    (``run.tail`` is measured from the last emptying of the work rows and key ranges)."""
     started = time.monotonic()
     emptied_at: float | None = started
     deadline = started + 4 * 3600
     while True:
         with engine.connect() as conn:
-            left = conn.execute(sa.text("SELECT 1 FROM _emdash_media_usage_work LIMIT 1")).first()
+            left = conn.execute(_WORK_LEFT).first()
         now = time.monotonic()
         if left is not None:
             emptied_at = None

@@ -187,9 +187,21 @@ def drain(engine: sa.Engine, limits=None, max_rounds: int = 100) -> list:
         return page
 
     for _ in range(max_rounds):
-        if not fan_out_due_work(repo.bind, 100, process).seen:
+        seen = fan_out_due_work(repo.bind, 100, process).seen
+        if not seen and not run_ranges(engine, limits):
             return results
     raise AssertionError("work did not drain")
+
+
+def run_ranges(engine: sa.Engine, limits=None) -> list:
+    """Index every claimable key range a reconciliation handed out (the workers' part of a
+    scan, without Celery); the report of each."""
+    from media_usage_worker.domain.policy import Limits
+    from media_usage_worker.pipeline.backfill import RangeRun
+    from media_usage_worker.repository.reconciling.ranges import mark_for_dispatch
+
+    run = RangeRun(engine, limits or Limits())
+    return [run.run(*sent) for sent in mark_for_dispatch(engine, 0, 1000)]
 
 
 def examples(quick: int, thorough: int) -> int:

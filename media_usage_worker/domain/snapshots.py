@@ -275,3 +275,20 @@ def field_fingerprint(fields: Sequence[FieldDefinition]) -> str:
     }
     digest = hashlib.sha256(fingerprint.canonical_json(payload).encode()).hexdigest()
     return FIELD_FINGERPRINT_PREFIX + digest
+
+
+# A run that hands out key ranges (docs/design.md §6, "Ranges") records its fields'
+# fingerprint behind this mark. A worker from before ranges then reads another fingerprint and
+# restarts the run its own way, instead of finishing it while ranges it knows nothing of are
+# still unprocessed.
+RANGED_RUN_MARK = "ranged:"
+
+
+def run_fingerprint(fields: Sequence[FieldDefinition]) -> str:
+    """What a reconciliation run records as its fingerprint: its fields', marked as ranged."""
+    return RANGED_RUN_MARK + field_fingerprint(fields)
+
+
+def fields_of_run(run: str | None) -> str | None:
+    """The fields' fingerprint inside a run's (what the index was computed with)."""
+    return None if run is None else run.removeprefix(RANGED_RUN_MARK)

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from media_usage_worker.domain import policy
-from media_usage_worker.domain.snapshots import field_fingerprint
+from media_usage_worker.domain.host_sources import Scope
+from media_usage_worker.domain.snapshots import run_fingerprint
 from media_usage_worker.domain.validation import RECONCILIATION_PAGE_LIMIT, split_usable
 from media_usage_worker.domain.vocabulary import (
     ErrorCode,
@@ -30,6 +31,7 @@ from media_usage_worker.domain.vocabulary import ReconciliationAction as Action
 from media_usage_worker.domain.vocabulary import ReconciliationPhase as Phase
 from media_usage_worker.pipeline.capture import capture_new_collections
 from media_usage_worker.repository.base import statistics
+from media_usage_worker.repository.reconciling import ranges
 from media_usage_worker.repository.reconciling import reconciliation as store
 from media_usage_worker.repository.reconciling.reconciliation import Coordinator
 from media_usage_worker.repository.registry.built_in_sources import sync_built_in_sources
@@ -55,6 +57,13 @@ SCAN_AHEAD = 5000
 # content table and hands back only the entries that are gone, so a step costs two reads
 # of the range, not a round trip per thousand keys (a million entries: 50 steps).
 SOURCES_STEP = 20_000
+# Content ids per key range (the workers' batch size by default), and the ranges a scan keeps
+# handed out ahead of the workers: enough to keep every worker process busy between wakes
+# (a range that completes while fewer than ``repository.reconciliation.RANGES_WAKE_BELOW``
+# are left wakes the scan), few enough that an incremental write never waits behind more
+# than a few seconds of backfill.
+RANGE_SIZE = 300
+RANGES_AHEAD = 12
 CANDIDATES_PER_ROUND = 4
 # A finalize that found the status row held by a host's transaction tries again this soon.
 FINALIZE_RETRY_SECONDS = 1
@@ -77,9 +86,11 @@ class Reconciler:
         *,
         defer_seconds: int = 5,
         on_enqueued: Callable[[], object] | None = None,
+        range_size: int = RANGE_SIZE,
     ) -> None:
         self.engine = engine
         self.defer_seconds = defer_seconds
+        self.range_size = range_size
         # Called after each step that enqueued work: the caller sends it at once, so the
         # workers start on the first pages while the next are still being enqueued.
         self.on_enqueued = on_enqueued
@@ -133,7 +144,7 @@ class Reconciler:
         if not store.run_still_owned(self.engine, c):
             return self._start(c, restarted=True)
         fields = load_fields(self.engine, c.collection_id)
-        if field_fingerprint(fields) != c.field_fingerprint:
+        if run_fingerprint(fields) != c.field_fingerprint:
             return self._start(c, restarted=True)
         if c.phase == Phase.SCAN:
             return self._scan(c)
@@ -147,7 +158,7 @@ class Reconciler:
             return StepReport(c.collection_slug, c.phase, Action.DEFERRED)
         store.release(
             self.engine, c, 0, target_epoch=run.epoch,
-            field_fingerprint=field_fingerprint(run.fields), phase=Phase.SCAN,
+            field_fingerprint=run_fingerprint(run.fields), phase=Phase.SCAN,
             scan_cursor=None, scan_upper_id=run.scan_upper_id, source_cursor=None,
             source_upper_key=None,
         )  # fmt: skip
@@ -167,6 +178,10 @@ class Reconciler:
         )  # fmt: skip
 
     def _scan(self, c: Coordinator) -> StepReport:
+        if Scope.of(c.collection_slug).is_content:
+            return self._scan_ranges(c)
+        # A source beyond content has no version to fence an unleased write with: its
+        # entries are queued one work row each.
         if store.work_backlog(self.engine, c.collection_id, SCAN_AHEAD) >= SCAN_AHEAD:
             # Enough queued: the drain wakes this run (or the next tick finds it due).
             store.release_to_wait(self.engine, c, self.defer_seconds, for_all=False)
@@ -185,6 +200,10 @@ class Reconciler:
                 )  # fmt: skip
             store.release(self.engine, c, 0, scan_cursor=ids[-1])
             return StepReport(c.collection_slug, Phase.SCAN, Action.ENQUEUED, len(ids))
+        return self._scan_done(c)
+
+    def _scan_done(self, c: Coordinator) -> StepReport:
+        """Every id of the scan is out: once its work has drained, the sources phase."""
         barrier = self._work_barrier(c)
         if barrier is not None:
             return barrier
@@ -193,6 +212,32 @@ class Reconciler:
             source_upper_key=store.source_upper_key(self.engine, c),
         )  # fmt: skip
         return StepReport(c.collection_slug, Phase.SOURCES, Action.SOURCES)
+
+    def _scan_ranges(self, c: Coordinator) -> StepReport:
+        """Hand out the next key ranges while fewer than ``RANGES_AHEAD`` wait; the scan's
+        unusable ids are recorded as failed work, as entries no range can index."""
+        left = ranges.ranges_left(self.engine, c.collection_id, RANGES_AHEAD)
+        if left >= RANGES_AHEAD:
+            store.release_to_wait(self.engine, c, self.defer_seconds, for_all=False)
+            return StepReport(c.collection_slug, Phase.SCAN, Action.AHEAD)
+        ids = store.scan_page(self.engine, c, (RANGES_AHEAD - left) * self.range_size)
+        if not ids:
+            return self._scan_done(c)
+        assert c.target_epoch is not None
+        for content_id in split_usable(ids, lambda content_id: content_id)[1]:
+            rescan.record_unusable_content(
+                self.engine,
+                collection_id=c.collection_id, collection_slug=c.collection_slug,
+                content_id=content_id, change_epoch=c.target_epoch,
+            )  # fmt: skip
+        lasts = [
+            ids[min(i + self.range_size, len(ids)) - 1] for i in range(0, len(ids), self.range_size)
+        ]
+        bounds = list(zip([c.scan_cursor, *lasts[:-1]], lasts, strict=True))
+        if not store.hand_out_ranges(self.engine, c, bounds):
+            return StepReport(c.collection_slug, Phase.SCAN, Action.DEFERRED)
+        store.release(self.engine, c, 0)
+        return StepReport(c.collection_slug, Phase.SCAN, Action.ENQUEUED, len(ids))
 
     def _sources(self, c: Coordinator) -> StepReport:
         last_key, gone = store.gone_in_source_range(self.engine, c, SOURCES_STEP)
@@ -225,7 +270,7 @@ class Reconciler:
         (``partial``) instead of ``failed`` while entries were still being processed.
         """
         states = store.work_states(self.engine, c)
-        if states - {WorkState.FAILED}:
+        if states - {WorkState.FAILED} or ranges.ranges_left(self.engine, c.collection_id, 1):
             store.release_to_wait(self.engine, c, self.defer_seconds, for_all=True)
             return StepReport(c.collection_slug, c.phase, Action.WAITING)
         if states:

@@ -28,6 +28,7 @@ from media_usage_worker.tasks.envelope import (
     batch_arguments,
     check_message,
     item_arguments,
+    range_arguments,
 )
 from media_usage_worker.tasks.names import TaskName
 
@@ -40,6 +41,7 @@ ARGUMENT_CHECKS: dict[str, ArgumentCheck] = {
     TaskName.DELETION_TICK: NO_ARGUMENTS,
     TaskName.PROCESS_WORK: item_arguments(),
     TaskName.PROCESS_BATCH: batch_arguments(),
+    TaskName.PROCESS_RANGE: range_arguments(),
     TaskName.AFTER_WRITE: after_write_arguments(),
 }
 

@@ -13,9 +13,11 @@ from collections.abc import Sequence
 from celery import Celery
 from celery._state import get_current_task
 from kombu.exceptions import ChannelError
+from sqlalchemy import Engine
 
 from media_usage_worker.domain.vocabulary import WorkState
 from media_usage_worker.domain.work import WorkRecord, grouped
+from media_usage_worker.repository.reconciling import ranges
 from media_usage_worker.repository.work_queue import work_processing as work
 from media_usage_worker.tasks import ledger, settings
 from media_usage_worker.tasks.app import app
@@ -139,6 +141,30 @@ def send(items: Sequence[WorkRecord], ttl: int | None = None) -> list[str]:
                 )  # fmt: skip
                 sent += [result.id] * len(batch)
     return sent
+
+
+# A key range whose message went out this long ago and that is still claimable (its message
+# was lost, or its holder was killed and its lease ran out) is sent again.
+RANGE_RESEND_SECONDS = 60
+# Ranges sent by one call at most (a scan hands out a dozen per collection at a time).
+RANGES_PER_SEND = 200
+
+
+def send_ranges(engine: Engine) -> int:
+    """Send a message for every key range that needs one (new, or its message or holder lost);
+    the number sent. Each is marked sent in the database first, so two senders never both
+    send one; a message that then fails to go out is sent again after the resend delay."""
+    due = ranges.mark_for_dispatch(engine, RANGE_RESEND_SECONDS, RANGES_PER_SEND)
+    if not due:
+        return 0
+    sender = sending_app()
+    with sender.producer_or_acquire() as producer:
+        for collection_id, range_id in due:
+            sender.send_task(
+                TaskName.PROCESS_RANGE.value, args=(collection_id, range_id), producer=producer,
+                priority=BATCH_PRIORITY, queue=queue_name(), ignore_result=True,
+            )  # fmt: skip
+    return len(due)
 
 
 def _batches(items: list[WorkRecord], size: int) -> list[list[WorkRecord]]:

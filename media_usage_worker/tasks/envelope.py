@@ -358,6 +358,18 @@ def _collection_slug(value: object) -> None:
         raise InvalidArgument("collection_slug is not a collection slug") from None
 
 
+def range_arguments() -> ArgumentCheck:
+    """``(collection_id, range_id)``: one key range of a reconciliation's scan."""
+    return positional(
+        "collection_id",
+        "range_id",
+        checks={
+            "collection_id": lambda v: validation.identifier(v, "collection_id is not an id"),
+            "range_id": lambda v: validation.identifier(v, "range_id is not an id"),
+        },
+    )
+
+
 def item_arguments() -> ArgumentCheck:
     """``(collection_id, content_id, work_version)``, the ids of one work item."""
     return positional(

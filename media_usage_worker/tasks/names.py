@@ -13,6 +13,7 @@ class TaskName(StrEnum):
     TICK = "media_usage.tick"
     PROCESS_WORK = "media_usage.process_work"
     PROCESS_BATCH = "media_usage.process_batch"
+    PROCESS_RANGE = "media_usage.process_range"
     RECONCILE_TICK = "media_usage.reconcile_tick"
     DELETION_TICK = "media_usage.deletion_tick"
     AFTER_WRITE = "media_usage.after_write"

@@ -13,7 +13,7 @@ from media_usage_worker.tasks import settings
 from media_usage_worker.tasks.app import media_usage_task
 from media_usage_worker.tasks.names import TaskName
 from media_usage_worker.tasks.ticks import beat_tick
-from media_usage_worker.tasks.work import reconciler
+from media_usage_worker.tasks.work import feed, reconciler
 
 
 @media_usage_task(TaskName.RECONCILE_TICK, bind=True)
@@ -27,6 +27,8 @@ def reconcile_tick(self: Task) -> dict[str, Any]:
 
 def _advance(engine: Engine) -> tuple[dict[str, Any], bool]:
     reports = reconciler(engine).tick()
+    # Also sends the key ranges whose message or holder was lost.
+    feed(engine)
     summary = {
         "steps": len(reports),
         "pages_enqueued": sum(1 for r in reports if r.action == ReconciliationAction.ENQUEUED),

@@ -15,6 +15,7 @@ from sqlalchemy import Engine
 from media_usage_worker.domain.errors import InvalidArgument, ItemsFailed
 from media_usage_worker.domain.vocabulary import Outcome
 from media_usage_worker.domain.work import checked_items
+from media_usage_worker.pipeline.backfill import RangeRun
 from media_usage_worker.pipeline.batch import BatchRun, Heartbeat
 from media_usage_worker.pipeline.fan_out import due_read_budget, fan_out_due_work, run_tick
 from media_usage_worker.pipeline.reconciliation import Reconciler
@@ -22,7 +23,7 @@ from media_usage_worker.pipeline.settle import ProcessResult
 from media_usage_worker.tasks import dispatch, settings
 from media_usage_worker.tasks.app import media_usage_task
 from media_usage_worker.tasks.engines import migrated_engine, report_waiting, waiting_for
-from media_usage_worker.tasks.envelope import after_write_arguments
+from media_usage_worker.tasks.envelope import after_write_arguments, range_arguments
 from media_usage_worker.tasks.names import TaskName
 from media_usage_worker.tasks.ticks import beat_tick
 
@@ -95,6 +96,33 @@ def process_batch(items: Any) -> dict[str, Any]:
     return _reported(summary, failed)
 
 
+@media_usage_task(TaskName.PROCESS_RANGE)
+def process_range(collection_id: Any, range_id: Any) -> dict[str, Any]:
+    """Claim and index one key range of a reconciliation's scan (docs/design.md §6,
+    "Ranges"); the result says how it ended and how many entries went back as work items."""
+    engine = migrated_engine()
+    if engine is None:
+        return {"outcome": Outcome.CLAIM_LOST.value, "reason": waiting_for()}
+    try:
+        _RANGE_ARGUMENTS([collection_id, range_id], {})
+    except InvalidArgument as exc:
+        log.warning("%s ignored an invalid message: %s", TaskName.PROCESS_RANGE.value, exc)
+        return {"outcome": Outcome.CLAIM_LOST.value, "reason": "invalid message"}
+    report = RangeRun(
+        engine,
+        settings.limits(),
+        lease_seconds=settings.lease_seconds(),
+        interrupts=OUT_OF_TIME,
+        on_drained=_reconcile_now(engine),
+    ).run(collection_id, range_id)
+    if report.handed_back:
+        top_up(engine)  # the entries handed back are work items: send them now
+    return report.as_dict()
+
+
+_RANGE_ARGUMENTS = range_arguments()
+
+
 @dataclass(frozen=True)
 class Processed:
     """The items' results; or, when nothing ran, why (``skipped``)."""
@@ -148,8 +176,20 @@ def reconciler(engine: Engine) -> Reconciler:
     return Reconciler(
         engine,
         defer_seconds=settings.reconcile_defer_seconds(),
-        on_enqueued=lambda: top_up(engine),
+        on_enqueued=lambda: feed(engine),
+        range_size=settings.batch_size(),
     )
+
+
+def feed(engine: Engine) -> None:
+    """Send what a reconciliation step queued: its key ranges, then due work items."""
+    try:
+        dispatch.send_ranges(engine)
+    except Exception as exc:
+        if isinstance(exc, OUT_OF_TIME):
+            raise
+        log.warning("could not send key ranges (the next reconcile tick will): %s", exc)
+    top_up(engine)
 
 
 def top_up(engine: Engine) -> int:

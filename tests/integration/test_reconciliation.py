@@ -124,29 +124,27 @@ def test_a_run_ends_while_the_site_never_stops_writing(db, registered_posts) -> 
 
 
 def test_a_write_does_not_take_the_runs_claims_away(db, registered_posts) -> None:
-    from media_usage_worker.repository.work_queue.work import MediaUsageWorkRepository
+    from media_usage_worker.domain.policy import Limits
+    from media_usage_worker.pipeline.backfill import RangeOutcome, RangeRun
+    from media_usage_worker.repository.reconciling.ranges import mark_for_dispatch
 
     write(db, INSERT, entries(40))
     activate(db)
-    Reconciler(db, defer_seconds=0).tick()  # the scan queued every entry
-    repo = MediaUsageWorkRepository(db)
-    due = repo.find_due_work(limit=40)
-    claimed = repo.claim_batch(
-        registered_posts.id, [(w.content_id, w.work_version) for w in due], 60
-    )
-    assert len(claimed) == 40
-    write(db, INSERT, entries(1, prefix="new"))
-    write(db, "UPDATE ec_posts SET hero = 'm99' WHERE id = 'e00001'")
-    Reconciler(db, defer_seconds=0).tick()  # a step after the writes
-    kept = [
-        w for w in claimed
-        if repo.complete_work(
-            collection_id=w.collection_id, content_id=w.content_id,
-            work_version=w.work_version, lease_token=w.lease_token,
-        )
-    ]  # fmt: skip
-    # Only the entry the write changed lost its claim: its new row indexes it again.
-    assert sorted(w.content_id for w in claimed if w not in kept) == ["e00001"]
+    Reconciler(db, defer_seconds=0).tick()  # the scan handed every entry out in one range
+    ((collection_id, range_id),) = mark_for_dispatch(db, 0, 10)
+
+    def writes() -> None:
+        write(db, INSERT, entries(1, prefix="new"))
+        write(db, "UPDATE ec_posts SET hero = 'm99', version = version + 1 WHERE id = 'e00001'")
+        Reconciler(db, defer_seconds=0).tick()  # a step after the writes
+
+    report = RangeRun(db, Limits(), before_write=writes).run(collection_id, range_id)
+    # The range kept its claim; only the entry the write changed was not indexed by it: its
+    # own row, at the later epoch, indexes it again.
+    assert (report.outcome, report.indexed) == (RangeOutcome.DONE, 39)
+    with db.connect() as conn:
+        queued = conn.execute(sa.text("SELECT content_id FROM _emdash_media_usage_work")).all()
+    assert sorted(row.content_id for row in queued) == ["e00001", "new00000"]
 
 
 def test_entries_deleted_before_reconciliation_lose_their_sources(db, registered_posts) -> None:
@@ -359,36 +357,34 @@ def test_a_worker_killed_while_recording_a_failed_run_leaves_it_recoverable(
     )
 
 
-def test_a_batch_that_drains_a_backfill_takes_its_next_steps_at_once(db, registered_posts) -> None:
-    """The workers feed the backfill themselves: one reconcile tick, then only batches. Each
-    batch that leaves the collection's work almost drained wakes the reconciliation and runs
-    its next steps (more pages, then the sources phase and ``complete``) in the worker."""
+def test_a_range_that_drains_a_backfill_takes_its_next_steps_at_once(db, registered_posts) -> None:
+    """The workers feed the backfill themselves: one reconcile tick, then only key ranges. Each
+    range that leaves the collection with few ranges wakes the reconciliation and runs its
+    next steps (more ranges, then the sources phase and ``complete``) in the worker."""
     from media_usage_worker.domain.policy import Limits
-    from media_usage_worker.domain.work import Item
-    from media_usage_worker.pipeline.batch import BatchRun
-    from media_usage_worker.repository.work_queue.work import MediaUsageWorkRepository
+    from media_usage_worker.pipeline.backfill import RangeRun
+    from media_usage_worker.repository.reconciling.ranges import mark_for_dispatch
 
-    write(db, INSERT, entries(700))
+    write(db, INSERT, entries(1000))
     activate(db)
     woken: list[int] = []
-    reconciler = Reconciler(db, defer_seconds=60)  # no tick would come back within the test
+    # No tick would come back within the test; ranges of 50 ids, twelve handed out at a time.
+    reconciler = Reconciler(db, defer_seconds=60, range_size=50)
 
     def on_drained() -> None:
         woken.append(1)
-        reconciler.tick(max_steps=4)  # a few pages at a time, as a worker's short turn would
+        reconciler.tick(max_steps=4)  # a few steps at a time, as a worker's short turn would
 
-    reconciler.tick(max_steps=3)  # start, and the first pages
-    repo = MediaUsageWorkRepository(db)
+    reconciler.tick(max_steps=3)  # start, and the first ranges
     for _ in range(200):
-        due = repo.find_due_work(100)
-        if not due:
+        sent = mark_for_dispatch(db, 0, 100)
+        if not sent:
             break
-        BatchRun(db, Limits(), on_drained=on_drained).run(
-            [Item(r.collection_id, r.content_id, r.work_version) for r in due]
-        )
+        for message in sent:
+            RangeRun(db, Limits(), on_drained=on_drained).run(*message)
     status = status_row(db, registered_posts.id)
     assert status["status"] == "complete", status
-    assert len(woken) >= 3  # more pages, then the phases after the drain
+    assert len(woken) >= 3  # more ranges, then the phases after the drain
     assert actual_index(db) == expected_index(db)
 
 
@@ -398,7 +394,7 @@ def test_waking_needs_a_waiting_reconciliation_and_an_almost_drained_collection(
     assert reconciliations.wake_if_drained(db, registered_posts.id) is False  # none to wake
     write(db, INSERT, entries(600))
     activate(db)
-    Reconciler(db, defer_seconds=60).tick(max_steps=13)  # start and 600 ids of work
+    Reconciler(db, defer_seconds=60, range_size=50).tick(max_steps=3)  # twelve ranges of 50
     with db.begin() as conn:
         conn.execute(
             sa.text(
@@ -415,12 +411,15 @@ def test_waking_needs_a_waiting_reconciliation_and_an_almost_drained_collection(
 def test_a_wake_that_fails_costs_the_batch_nothing(db, registered_posts, monkeypatch) -> None:
     from media_usage_worker.domain.policy import Limits
     from media_usage_worker.domain.work import Item
+    from media_usage_worker.pipeline.backfill import RangeOutcome, RangeRun
     from media_usage_worker.pipeline.batch import BatchRun
+    from media_usage_worker.repository.reconciling.ranges import mark_for_dispatch
     from media_usage_worker.repository.work_queue.work import MediaUsageWorkRepository
 
     write(db, INSERT, entries(5))
     activate(db)
     Reconciler(db, defer_seconds=60).tick()
+    write(db, INSERT, entries(5, prefix="w"))  # written during the run: work items
 
     def broken(*_args, **_kwargs):
         raise sa.exc.OperationalError("UPDATE", {}, Exception("the database went away"))
@@ -432,6 +431,11 @@ def test_a_wake_that_fails_costs_the_batch_nothing(db, registered_posts, monkeyp
         [Item(r.collection_id, r.content_id, r.work_version) for r in due]
     )
     assert {str(r.outcome) for r in results} == {"completed"} and len(results) == 5
+    ((collection_id, range_id),) = mark_for_dispatch(db, 0, 10)
+    report = RangeRun(db, Limits(), on_drained=lambda: called.append(1)).run(
+        collection_id, range_id
+    )
+    assert (report.outcome, report.indexed) == (RangeOutcome.DONE, 5)
     assert called == []  # nothing was woken, and the next reconcile tick takes the step
 
 

@@ -97,8 +97,8 @@ print(json.dumps({
     seen = json.loads(run_in(host_project(tmp_path), code))
     ours = [
         f"media_usage.{name}"
-        for name in ("after_write", "deletion_tick", "process_batch", "process_work",
-                     "reconcile_tick", "tick")
+        for name in ("after_write", "deletion_tick", "process_batch", "process_range",
+                     "process_work", "reconcile_tick", "tick")
     ]  # fmt: skip
     assert seen == {
         "current": "host",

@@ -22,6 +22,7 @@ from media_usage_worker.tasks.envelope import (
     check_message,
     clamp_time_limits,
     item_arguments,
+    range_arguments,
 )
 
 LIMITS = TimeLimits(soft_seconds=270, hard_seconds=300)
@@ -276,3 +277,34 @@ def test_after_write_by_name_takes_a_slug_and_an_id(args: list, accepted: bool) 
     with pytest.raises(InvalidMessage, match="invalid arguments") as refused:
         check_message(**message)
     assert "Bad Slug" not in str(refused.value) and "xxxx" not in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("args", "accepted"),
+    [
+        (["01JCOLLECTION", "01JRANGE"], True),
+        (["01JCOLLECTION", ""], False),
+        (["01JCOLLECTION", "r\x00"], False),
+        (["01JCOLLECTION", 7], False),
+        (["01JCOLLECTION"], False),
+        (["01JCOLLECTION", "01JRANGE", "extra"], False),
+        (["01JCOLLECTION", "r" * 5000], False),
+        ([["01JCOLLECTION"], "01JRANGE"], False),
+    ],
+)
+def test_a_range_message_takes_two_ids(args: list, accepted: bool) -> None:
+    message = {
+        "content_type": "application/json",
+        "content_encoding": "utf-8",
+        "headers": _headers(task="media_usage.process_range"),
+        "body": json.dumps([args, {}, {}]),
+        "checks": {"media_usage.process_range": range_arguments()},
+        "known_tasks": set(),
+        "limits": LIMITS,
+    }
+    if accepted:
+        assert check_message(**message).task == "media_usage.process_range"
+        return
+    with pytest.raises(InvalidMessage, match="invalid arguments") as refused:
+        check_message(**message)
+    assert "rrrr" not in str(refused.value)

@@ -637,3 +637,29 @@ pace_samples = Table(
     Column("writes", BigInteger, nullable=False),
     Column("queued", BigInteger, nullable=False),
 )
+
+# This project's own: the key ranges a reconciliation's scan hands to the workers instead of a
+# work row per entry (docs/design.md §6, "Ranges"). A range is the collection's content ids in
+# ``(after_key, last_key]``; ``after_key`` moves on as the holder commits each chunk, and the
+# row goes when the range is done. It is leased like a work item; ``dispatched_at`` says when
+# its message was last sent, so a lost message is sent again and a live one is not doubled.
+backfill_ranges = Table(
+    "_media_usage_worker_backfill_ranges",
+    metadata,
+    Column("range_id", Text, primary_key=True),
+    Column("collection_id", Text, nullable=False),
+    Column("collection_slug", Text, nullable=False),
+    Column("run_token", Text, nullable=False),
+    Column("change_epoch", BigInteger, nullable=False),
+    Column("after_key", StoredText),
+    Column("last_key", StoredText, nullable=False),
+    Column("state", Text, nullable=False, server_default=sa.text("'pending'")),
+    _zero("claim_count"),
+    Column("lease_token", Text),
+    Column("lease_expires_at", Text),
+    Column("dispatched_at", Text),
+    _sortable_now("created_at"),
+    _sortable_now("updated_at"),
+    Index("idx__media_usage_worker_backfill_ranges_collection", "collection_id", "last_key"),
+    Index("idx__media_usage_worker_backfill_ranges_dispatch", "dispatched_at", "range_id"),
+)

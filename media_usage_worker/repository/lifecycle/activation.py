@@ -196,8 +196,10 @@ def deletions_in_progress(conn: sa.Connection) -> int:
 
 
 def drop_all_work(conn: sa.Connection) -> None:
-    """Every queued work row and reconciliation run: with capture off nothing processes them."""
+    """Every queued work row and reconciliation run (with its key ranges): with capture off
+    nothing processes them."""
     conn.execute(schema.work.delete())
+    conn.execute(schema.backfill_ranges.delete())
     conn.execute(schema.reconciliations.delete())
 
 

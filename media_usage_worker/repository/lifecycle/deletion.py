@@ -28,6 +28,7 @@ from media_usage_worker.repository.base.clock import db_now, is_live_by_text
 from media_usage_worker.repository.base.db import Bind, read_transaction, transaction
 from media_usage_worker.repository.base.predicates import status_row
 from media_usage_worker.repository.base.schema import (
+    backfill_ranges,
     collection_deletions,
     collections,
     generation_writes,
@@ -375,6 +376,7 @@ def _status_leftovers(conn: sa.Connection, t: Tombstone) -> bool:
     change or a reconciliation that raced the deletion may have written one."""
     left = [
         sa.exists(sa.select(1).where(reconciliations.c.collection_id == t.collection_id)),
+        sa.exists(sa.select(1).where(backfill_ranges.c.collection_id == t.collection_id)),
         sa.exists(sa.select(1).where(*status_row(t.collection_id, t.collection_slug))),
         sa.exists(sa.select(1).where(rules_state.c.collection_id == t.collection_id)),
         sa.exists(sa.select(1).where(reference_paths.c.collection_id == t.collection_id)),
@@ -402,7 +404,7 @@ def clear_status(bind: Bind, t: Tombstone) -> Step:
             conn.execute(
                 index_status.delete().where(*status_row(t.collection_id, t.collection_slug))
             )
-            for table in (rules_state, reference_paths):
+            for table in (rules_state, reference_paths, backfill_ranges):
                 conn.execute(table.delete().where(table.c.collection_id == t.collection_id))
         return _step(moved)
 

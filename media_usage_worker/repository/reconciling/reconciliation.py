@@ -16,6 +16,7 @@ import sqlalchemy as sa
 
 from media_usage_worker.domain.content_model import FieldDefinition
 from media_usage_worker.domain.policy import LEASE_SECONDS
+from media_usage_worker.domain.snapshots import fields_of_run
 from media_usage_worker.domain.vocabulary import (
     CaptureState,
     CoverageStatus,
@@ -36,6 +37,7 @@ from media_usage_worker.repository.base.predicates import (
 from media_usage_worker.repository.base.schema import (
     ADAPTER_ID,
     SCOPE_TYPE,
+    backfill_ranges,
     generation_writes,
     index_status,
     occurrences,
@@ -116,6 +118,11 @@ def _run_work(c: Coordinator) -> list[sa.ColumnElement[bool]]:
 
 def _held(c: Coordinator) -> list[sa.ColumnElement[bool]]:
     return _LEASES.held(c.collection_id, c.lease_token)
+
+
+def _ranges_of(c: Coordinator) -> sa.Exists:
+    """Key ranges of the collection are left (the run's own: a restart deletes the others)."""
+    return sa.exists(sa.select(1).where(backfill_ranges.c.collection_id == c.collection_id))
 
 
 def _content_sources(collection_id: str) -> list[sa.ColumnElement[bool]]:
@@ -199,10 +206,25 @@ def seed(bind: Bind) -> None:
 WAKE_BELOW = 500
 
 
+# Key ranges of a collection below which its reconciliation is woken: the scan hands out
+# more while the workers still have these to do.
+RANGES_WAKE_BELOW = 4
+
+
 def _almost_drained(collection_id: Any) -> sa.ColumnElement[bool]:
-    """Fewer than ``WAKE_BELOW`` work rows left in the collection (counted up to that many)."""
+    """Fewer than ``WAKE_BELOW`` work rows and ``RANGES_WAKE_BELOW`` key ranges left in the
+    collection (counted up to that many)."""
     left = sa.select(1).where(_w.collection_id == collection_id).limit(WAKE_BELOW).subquery()
-    return sa.select(sa.func.count()).select_from(left).scalar_subquery() < WAKE_BELOW
+    ranges = (
+        sa.select(1)
+        .where(backfill_ranges.c.collection_id == collection_id)
+        .limit(RANGES_WAKE_BELOW)
+        .subquery()
+    )
+    return sa.and_(
+        sa.select(sa.func.count()).select_from(left).scalar_subquery() < WAKE_BELOW,
+        sa.select(sa.func.count()).select_from(ranges).scalar_subquery() < RANGES_WAKE_BELOW,
+    )
 
 
 # A coordinator waiting (pending, not leased or failed) on a collection whose work has almost
@@ -268,7 +290,10 @@ def release_to_wait(bind: Bind, c: Coordinator, delay: int, *, for_all: bool) ->
     coordinator to wake; its wake is not lost, because this statement (on the row that wake
     would have changed) sees that batch's completions.
     """
-    unfinished = sa.exists(sa.select(1).where(*_run_work(c), _w.state != WorkState.FAILED))
+    unfinished = sa.or_(
+        sa.exists(sa.select(1).where(*_run_work(c), _w.state != WorkState.FAILED)),
+        _ranges_of(c),
+    )
     done = ~unfinished if for_all else _almost_drained(c.collection_id)
     soon = sa.case((done, db_now()), else_=db_now(delay))
     with transaction(bind) as conn:
@@ -360,6 +385,10 @@ def start_run(bind: Bind, c: Coordinator) -> RunStart | None:
         ).scalar_one_or_none()  # fmt: skip
         if epoch is None:
             return None
+        # The ranges of the run being restarted: their holders' next chunks find them gone.
+        conn.execute(
+            backfill_ranges.delete().where(backfill_ranges.c.collection_id == c.collection_id)
+        )
         field_list = load_fields(conn, c.collection_id)
         content = scope_columns(c.collection_slug)
         upper = conn.execute(sa.select(sa.func.max(content.c.id))).scalar_one_or_none()
@@ -376,6 +405,30 @@ def scan_page(bind: Bind, c: Coordinator, limit: int) -> list[str]:
         query = query.where(content.c.id > c.scan_cursor)
     with transaction(bind) as conn:
         return list(conn.execute(query.order_by(content.c.id).limit(limit)).scalars())
+
+
+def hand_out_ranges(bind: Bind, c: Coordinator, bounds: list[tuple[str | None, str]]) -> bool:
+    """Queue the scan's next key ranges, ``(after_key, last_key]`` each, in key order, and move
+    the scan past the last: one transaction, only while this coordinator is held and its run
+    still owns the status row. ``False`` (nothing written) otherwise."""
+    assert c.target_epoch is not None and bounds
+    with transaction(bind) as conn:
+        if conn.execute(sa.select(1).where(*_owns_run(c))).first() is None:
+            return False
+        if not _update_held(conn, c, scan_cursor=bounds[-1][1]):
+            return False
+        conn.execute(
+            backfill_ranges.insert(),
+            [
+                {
+                    "range_id": new_ulid(), "collection_id": c.collection_id,
+                    "collection_slug": c.collection_slug, "run_token": c.run_token,
+                    "change_epoch": c.target_epoch, "after_key": after, "last_key": last,
+                }
+                for after, last in bounds
+            ],
+        )  # fmt: skip
+    return True
 
 
 def source_upper_key(bind: Bind, c: Coordinator) -> str | None:
@@ -505,6 +558,7 @@ def finalize(bind: Bind, c: Coordinator) -> CoverageStatus | None:
                 *_owns_run(c),
                 _st.change_epoch == epoch,
                 ~sa.exists(sa.select(1).where(*_run_work(c))),
+                ~_ranges_of(c),
                 held,
                 registered(c.collection_id, c.collection_slug),
                 ~being_deleted(c.collection_id),
@@ -520,7 +574,7 @@ def finalize(bind: Bind, c: Coordinator) -> CoverageStatus | None:
         ).first()  # fmt: skip
         if done is None:
             return None
-        record_indexed_rules(conn, c.collection_id, c.field_fingerprint)
+        record_indexed_rules(conn, c.collection_id, fields_of_run(c.field_fingerprint))
         if done.status == CoverageStatus.COMPLETE:
             note_complete(conn, [c.collection_id])
         conn.execute(

@@ -82,13 +82,27 @@ def enqueue_reconciliation_page(
     checked_phase = check.reconciliation_phase(phase)
     ids = check.reconciliation_content_ids(content_ids)
 
+    owner_guard = _run_owns(
+        collection_id, collection_slug, run_token, lease_token, epoch, checked_phase
+    )
+    with transaction(bind) as conn:
+        upsert_run_work(conn, collection_id, collection_slug, epoch, ids, owner_guard)
+
+
+def upsert_run_work(
+    conn: sa.Connection,
+    collection_id: str,
+    collection_slug: str,
+    epoch: int,
+    ids: list[str],
+    guard: sa.ColumnElement[bool] | None = None,
+) -> None:
+    """Queue up to 50 checked ids as a run's work at ``epoch`` (while ``guard`` holds), inside
+    the caller's transaction."""
     page = (
         sa.values(sa.column("content_id", sa.Text), name="page")
         .data([(i,) for i in ids])
         .cte("page")
-    )
-    owner_guard = _run_owns(
-        collection_id, collection_slug, run_token, lease_token, epoch, checked_phase
     )
     source = sa.select(
         *new_pending_columns(
@@ -97,8 +111,8 @@ def enqueue_reconciliation_page(
             page.c.content_id,
             sa.literal(epoch, sa.BigInteger),
         )
-    ).where(owner_guard)
-    insert = insert_factory(bind)(work).from_select([c.name for c in work.c], source)
+    ).where(sa.true() if guard is None else guard)
+    insert = insert_factory(conn)(work).from_select([c.name for c in work.c], source)
     # Conflict: same reset as the capture trigger, but never over newer-epoch work. A row still
     # pending keeps its version: nobody has read its entry yet, so whoever claims it reads it
     # after this run began, and the message already sent for it (a host's write during a
@@ -116,8 +130,7 @@ def enqueue_reconciliation_page(
         },
         where=_w.change_epoch < insert.excluded.change_epoch,
     )
-    with transaction(bind) as conn:
-        conn.execute(statement)
+    conn.execute(statement)
 
 
 def record_unusable_content(
