@@ -8,17 +8,23 @@ import threading
 import pytest
 import sqlalchemy as sa
 
+from media_usage_worker.api import MediaUsage
 from media_usage_worker.domain.policy import Limits
 from media_usage_worker.pipeline.backfill import MAX_RANGE_CLAIMS, RangeOutcome, RangeRun
 from media_usage_worker.pipeline.capture import activate
 from media_usage_worker.pipeline.reconciliation import Reconciler
 from media_usage_worker.pipeline.registry import add_media_url_prefix
-from media_usage_worker.repository.base.schema import backfill_ranges, sources, work
+from media_usage_worker.repository.base.schema import (
+    backfill_ranges,
+    reconciliations,
+    sources,
+    work,
+)
 from media_usage_worker.repository.reconciling import ranges
 from media_usage_worker.repository.registry.collections import CollectionRegistry
 from tests.index_oracle import actual_index, expected_index
 from tests.integration.test_reconciliation import INSERT, entries, write
-from tests.support import SAMPLE_FIELDS, drain, reconcile_until_complete, status_row
+from tests.support import PAST, SAMPLE_FIELDS, drain, reconcile_until_complete, status_row
 
 
 @pytest.fixture
@@ -53,6 +59,24 @@ def test_a_backfill_writes_no_work_row_per_entry(db, registered_posts) -> None:
     assert [r.outcome for r in reports] == [RangeOutcome.DONE] * 5
     assert sum(r.indexed for r in reports) == 450
     assert count(db, backfill_ranges) == 0 and count(db, work) == 0
+    reconcile_until_complete(db, registered_posts.id)
+    assert actual_index(db) == expected_index(db)
+    # Read as complete: the run recorded the fields it indexed, as the registry has them.
+    (posts,) = MediaUsage(db).status().collections
+    assert posts.coverage == "complete"
+
+
+def test_a_run_an_earlier_worker_recorded_is_restarted_with_ranges(db, registered_posts) -> None:
+    from media_usage_worker.domain.snapshots import field_fingerprint
+    from media_usage_worker.repository.registry.field_registry import load_fields
+
+    scanned(db, 30)
+    # A worker from before ranges took a step: it recorded its fields' bare fingerprint.
+    bare = field_fingerprint(load_fields(db, registered_posts.id))
+    with db.begin() as conn:
+        conn.execute(reconciliations.update().values(field_fingerprint=bare, next_attempt_at=PAST))
+    reports = Reconciler(db, defer_seconds=0, range_size=100).tick(max_steps=1)
+    assert [r.action for r in reports] == ["restarted"]
     reconcile_until_complete(db, registered_posts.id)
     assert actual_index(db) == expected_index(db)
 
@@ -155,3 +179,12 @@ def test_a_range_is_sent_again_only_when_its_message_or_holder_was_lost(
     ranges.claim_range(db, *first[0], 0)  # not claimable: the live lease still holds
     assert ranges.release_range(db, held)
     assert ranges.mark_for_dispatch(db, 0, 100) == first
+
+
+def test_the_run_waits_for_its_ranges(db, registered_posts) -> None:
+    reconciler = scanned(db, 450)
+    for _ in range(5):
+        reconciler.tick()  # every id is handed out, and nothing has indexed any
+    status = status_row(db, registered_posts.id)
+    assert (status["status"], status["reconciliation_required"]) == ("running", 1)
+    assert count(db, backfill_ranges) == 5
