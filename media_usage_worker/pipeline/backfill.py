@@ -1,13 +1,14 @@
 """Index one key range of a reconciliation's scan (docs/design.md §6, "Ranges").
 
 The range is claimed under one lease and worked ``READ_CHUNK`` entries at a time: one read of
-the chunk's entries, extraction in Python, then one transaction that moves the range on
-(``ranges.move_on``, its first statement, fenced by the lease and the run), writes every
+the chunk's entries, extraction in Python, then one transaction that locks the range row
+(``ranges.hold``, its first statement, fenced by the lease and the run), writes every
 entry's index rows unleased (each source row is still guarded by its content version and the
-source as read) and hands back as work rows, at the run's epoch, every entry it could not
-index: a refresh that failed, a guard that lost, a write the database refused. Those then
-retry, back off and fail like any work item. No work row is written for an entry that indexes
-cleanly, which is most of a backfill.
+source as read), hands back as work rows at the run's epoch every entry it could not index
+(a refresh that failed, a guard that lost, a write the database refused), and moves the range
+past the chunk (``ranges.move_on``). Those handed back then retry, back off and fail like any
+work item. No work row is written for an entry that indexes cleanly, which is most of a
+backfill.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ class RangeReport:
 
 
 class _Lost(Exception):
-    """The range's lease or run was lost before a chunk's first statement: roll it back."""
+    """The range's lease or run was lost: the chunk's transaction rolls back."""
 
 
 @dataclass
@@ -123,11 +124,13 @@ class RangeRun:
             self.before_write()
         try:
             with transaction(conn) as tx:
-                if not ranges.move_on(tx, r, to_key, self.lease_seconds):
+                if not ranges.hold(tx, r):
                     raise _Lost
                 held = apply_writes(tx, [w for _, w in writes])
                 back = refused + [i for (i, _), ok in zip(writes, held, strict=True) if not ok]
                 ranges.enqueue_entries(tx, r, back)
+                if not ranges.move_on(tx, r, to_key, self.lease_seconds):
+                    raise _Lost
         except _Lost:
             return False
         except Exception as exc:
@@ -140,9 +143,10 @@ class RangeRun:
                 describe(exc), len(usable),
             )  # fmt: skip
             with transaction(conn) as tx:
-                if not ranges.move_on(tx, r, to_key, self.lease_seconds):
+                if not ranges.hold(tx, r):
                     return False
                 ranges.enqueue_entries(tx, r, usable)
+                ranges.move_on(tx, r, to_key, self.lease_seconds)  # the row is locked: holds
             self._handed_back += len(usable)
             return True
         self._indexed += len(writes) - (len(back) - len(refused))

@@ -37,3 +37,36 @@ def test_only_writes_under_a_live_claimed_lease_pass(db: sa.Engine) -> None:
     report = audit.check(db)
     assert [row[0] for row in report.stale] == ["write", "complete", "write"]
     assert report.claims == 1 and report.writes == 3
+
+
+def test_writes_under_a_live_claimed_key_range_pass(db: sa.Engine) -> None:
+    posts = active_collection(db, "posts", SAMPLE_FIELDS)
+    audit.install(db)
+
+    def key_range(**values: object) -> None:
+        columns = ", ".join(f"{name} = :{name}" for name in values)
+        with db.begin() as conn:
+            conn.execute(sa.text(f"UPDATE _media_usage_worker_backfill_ranges SET {columns}"),
+                         values)  # fmt: skip
+
+    with db.begin() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO _media_usage_worker_backfill_ranges (range_id, collection_id, "
+                "collection_slug, run_token, change_epoch, after_key, last_key) "
+                "VALUES ('r1', :c, 'posts', 'run', 1, 'a', 'f')"
+            ),
+            {"c": posts.id},
+        )
+    # A claim as the repository makes it: the audit records the token it issued.
+    key_range(state="leased", lease_token="t1", lease_expires_at=FUTURE)
+    _write_source(db, posts, "k1")  # e1 is in ('a', 'f']
+    assert audit.check(db).stale == []
+
+    key_range(after_key="e1")  # the range moved past e1: it no longer holds it
+    _write_source(db, posts, "k2")
+    key_range(after_key="a", lease_expires_at=PAST)  # the holder's lease ran out
+    _write_source(db, posts, "k3")
+    report = audit.check(db)
+    assert [row[0] for row in report.stale] == ["write", "write"]
+    assert report.claims == 1 and report.writes == 3

@@ -50,7 +50,8 @@ def test_a_backfill_in_large_claims_loses_nothing_under_kills_and_flushes(
     pool = [fleet.worker(concurrency=1) for _ in range(2)]
     fleet.beat()
     activate(engine)
-    writer = ContentWriter(url, 10**6, per_second=10, seed=8)  # stopped below, never done
+    # Stopped below, never done; its entries are numbered after those written before.
+    writer = ContentWriter(url, 10**6, per_second=10, seed=8, first=ENTRIES)
     writer.start()
     rng = random.Random(5)
     events = {"flushall": 0, "redis_restart": 0}
@@ -83,13 +84,18 @@ def test_a_backfill_in_large_claims_loses_nothing_under_kills_and_flushes(
     expected, actual = expected_index(engine), actual_index(engine)
     figures = {
         "dialect": dialect, "entries_before_activation": ENTRIES,
-        "entries_written_during": writer.created, "worker_kills": kills, **events,
+        "entries_written_during": writer.created, "edits": writer.edited,
+        "drafts": writer.drafted, "deletes": writer.deleted,
+        "writes_failed_during_restarts": writer.failed, "worker_kills": kills, **events,
         "seconds": round(time.monotonic() - started, 1), "claims": report.claims,
         "index_writes": report.writes, "stale_writes": len(report.stale),
         "mismatches": len(expected ^ actual), "work_left": left,
     }  # fmt: skip
     print("chaos backfill figures:", json.dumps(figures))
     (tmp_path / "figures.json").write_text(json.dumps(figures, indent=2))
+    # The site really wrote during the backfill: new entries, edits, drafts and deletes.
+    assert writer.created >= 100 and writer.edited and writer.deleted, figures
+    assert writer.failed <= 5, figures  # only while Redis restarts, never on the database
     assert left == {}, left
     assert report.stale == [], report.stale[:10]
     assert expected == actual

@@ -20,9 +20,14 @@ class ContentWriter(threading.Thread):
     entries were created (or ``stop`` is set). Failed statements (a restarting server) are
     counted and skipped: the final content, whatever it is, is what the index must match."""
 
-    def __init__(self, url: str, total: int, per_second: float, seed: int = 7) -> None:
+    def __init__(
+        self, url: str, total: int, per_second: float, seed: int = 7, first: int = 0
+    ) -> None:
         super().__init__(daemon=True)
         self.url, self.total, self.pause = url, total, 1 / per_second
+        # The number of the first entry it creates: past any the site already has, or its
+        # inserts would all fail on their ids.
+        self.first = first
         self.rng = random.Random(seed)
         self.stop = threading.Event()
         self.created = self.edited = self.drafted = self.deleted = self.failed = 0
@@ -30,7 +35,7 @@ class ContentWriter(threading.Thread):
 
     def run(self) -> None:
         engine = create_engine(self.url)
-        entries = sample_entries(self.total, seed=11)
+        entries = sample_entries(self.total, seed=11, start=self.first)
         live: list[tuple[str, str]] = []
         try:
             while self.created < self.total and not self.stop.wait(self.pause):

@@ -3,9 +3,10 @@
 A range is one collection's content ids in ``(after_key, last_key]``, handed out by the run's
 coordinator (``repository.reconciliation.hand_out_ranges``) in place of a work row per entry.
 A worker claims it under a lease like a work item, and commits it a chunk at a time: each
-chunk's transaction begins with one guarded statement that moves ``after_key`` on (or deletes
-the range with its last chunk) while the lease holds and the run is still the one that made
-the range, so a holder whose lease expired, or whose run was restarted, writes nothing. What a
+chunk's transaction begins by locking the range row while the lease holds and the run is still
+the one that made the range (``hold``), so a holder whose lease expired, or whose run was
+restarted, writes nothing; it ends by moving ``after_key`` on (``move_on``; the last chunk
+deletes the range). What a
 range cannot index itself goes back as ordinary work rows at the run's epoch.
 """
 
@@ -32,6 +33,7 @@ __all__ = [
     "claim_range",
     "demote",
     "enqueue_entries",
+    "hold",
     "mark_for_dispatch",
     "move_on",
     "next_ids",
@@ -125,11 +127,17 @@ def next_ids(bind: Bind, r: BackfillRange, limit: int) -> list[str]:
         return list(conn.execute(query.order_by(content.c.id).limit(limit)).scalars())
 
 
+def hold(conn: sa.Connection, r: BackfillRange) -> bool:
+    """The first statement of a chunk's transaction: lock the range row until the commit while
+    the lease holds and the run is still the one that made it, so a restart of the run waits
+    for the chunk or finds the range gone. ``False``: lost, and the caller must write nothing."""
+    held = sa.select(_r.range_id).where(*_held(r)).with_for_update(of=backfill_ranges)
+    return conn.execute(held).first() is not None
+
+
 def move_on(conn: sa.Connection, r: BackfillRange, to_key: str, lease_seconds: int) -> bool:
-    """The first statement of a chunk's transaction: the range now starts after ``to_key``
-    (deleted once that is its last key) and its lease runs ``lease_seconds`` more. It locks the
-    range row until the commit, so a restart of the run waits for the chunk or finds it gone.
-    ``False``: the lease or the run was lost, and the caller must write nothing."""
+    """The last statement of a chunk's transaction (after ``hold``): the range now starts after
+    ``to_key`` (deleted once that is its last key), and its lease runs ``lease_seconds`` more."""
     if to_key == r.last_key:
         statement: Any = backfill_ranges.delete().where(*_held(r))
     else:
