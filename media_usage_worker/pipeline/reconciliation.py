@@ -235,6 +235,9 @@ class Reconciler:
         ]
         bounds = list(zip([c.scan_cursor, *lasts[:-1]], lasts, strict=True))
         if not store.hand_out_ranges(self.engine, c, bounds):
+            # The run lost the status row (or this step its lease): the next step finds out
+            # which, at once, instead of after the lease.
+            store.release(self.engine, c, 0)
             return StepReport(c.collection_slug, Phase.SCAN, Action.DEFERRED)
         store.release(self.engine, c, 0)
         return StepReport(c.collection_slug, Phase.SCAN, Action.ENQUEUED, len(ids))
