@@ -201,7 +201,7 @@ def run_ranges(engine: sa.Engine, limits=None) -> list:
     from media_usage_worker.repository.reconciling.ranges import mark_for_dispatch
 
     run = RangeRun(engine, limits or Limits())
-    return [run.run(*sent) for sent in mark_for_dispatch(engine, 0, 1000)]
+    return [run.run(cid, rid) for cid, rid, _ in mark_for_dispatch(engine, 0, 1000)]
 
 
 def examples(quick: int, thorough: int) -> int:

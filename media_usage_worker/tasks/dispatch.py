@@ -143,9 +143,12 @@ def send(items: Sequence[WorkRecord], ttl: int | None = None) -> list[str]:
     return sent
 
 
-# A key range whose message went out this long ago and that is still claimable (its message
-# was lost, or its holder was killed and its lease ran out) is sent again.
-RANGE_RESEND_SECONDS = 60
+# A key range whose message went out this long ago and that is still claimable is sent again:
+# its message was lost, or its holder was killed and its lease ran out, or it waited behind
+# single items that never let up (a site writing faster than the workers drain: Redis serves
+# a higher priority first). A range normally waits a few seconds; one sent again goes at the
+# single items' priority, in line with them, so the run still ends while the site falls behind.
+RANGE_RESEND_SECONDS = 15
 # Ranges sent by one call at most (a scan hands out a dozen per collection at a time).
 RANGES_PER_SEND = 200
 
@@ -159,10 +162,11 @@ def send_ranges(engine: Engine) -> int:
         return 0
     sender = sending_app()
     with sender.producer_or_acquire() as producer:
-        for collection_id, range_id in due:
+        for collection_id, range_id, times in due:
             sender.send_task(
                 TaskName.PROCESS_RANGE.value, args=(collection_id, range_id), producer=producer,
-                priority=BATCH_PRIORITY, queue=queue_name(), ignore_result=True,
+                priority=BATCH_PRIORITY if times == 1 else ITEM_PRIORITY, queue=queue_name(),
+                ignore_result=True,
             )  # fmt: skip
     return len(due)
 

@@ -47,7 +47,8 @@ def scanned(engine: sa.Engine, entry_count: int, range_size: int = 100) -> Recon
 
 
 def sent(engine: sa.Engine) -> list[tuple[str, str]]:
-    return ranges.mark_for_dispatch(engine, 0, 1000)
+    """The ranges' messages, as ``send_ranges`` would send them: ``(collection_id, range_id)``."""
+    return [(cid, rid) for cid, rid, _ in ranges.mark_for_dispatch(engine, 0, 1000)]
 
 
 def test_a_backfill_writes_no_work_row_per_entry(db, registered_posts) -> None:
@@ -163,22 +164,21 @@ def test_a_range_claimed_too_often_is_handed_back_whole(db, registered_posts) ->
     assert actual_index(db) == expected_index(db)
 
 
-def test_a_range_is_sent_again_only_when_its_message_or_holder_was_lost(
+def test_a_range_is_sent_again_only_when_its_message_or_holder_is_lost(
     db, registered_posts
 ) -> None:
     scanned(db, 40)
-    first = ranges.mark_for_dispatch(db, 60, 100)
-    assert len(first) == 1
+    ((collection_id, range_id, times),) = ranges.mark_for_dispatch(db, 60, 100)
+    assert times == 1
     # Its message is alive: not sent again, however often asked.
     assert ranges.mark_for_dispatch(db, 60, 100) == []
     # Held by a live worker: not sent, even past the delay.
-    held = ranges.claim_range(db, *first[0], 60)
+    held = ranges.claim_range(db, collection_id, range_id, 60)
     assert held is not None
     assert ranges.mark_for_dispatch(db, 0, 100) == []
-    # Its holder died (the lease ran out): sent again once the delay is over.
-    ranges.claim_range(db, *first[0], 0)  # not claimable: the live lease still holds
+    # Given back (or its holder died): sent again, counted as sent twice.
     assert ranges.release_range(db, held)
-    assert ranges.mark_for_dispatch(db, 0, 100) == first
+    assert ranges.mark_for_dispatch(db, 0, 100) == [(collection_id, range_id, 2)]
 
 
 def test_the_run_waits_for_its_ranges(db, registered_posts) -> None:

@@ -131,7 +131,7 @@ def test_a_write_does_not_take_the_runs_claims_away(db, registered_posts) -> Non
     write(db, INSERT, entries(40))
     activate(db)
     Reconciler(db, defer_seconds=0).tick()  # the scan handed every entry out in one range
-    ((collection_id, range_id),) = mark_for_dispatch(db, 0, 10)
+    ((collection_id, range_id, _),) = mark_for_dispatch(db, 0, 10)
 
     def writes() -> None:
         write(db, INSERT, entries(1, prefix="new"))
@@ -380,8 +380,8 @@ def test_a_range_that_drains_a_backfill_takes_its_next_steps_at_once(db, registe
         sent = mark_for_dispatch(db, 0, 100)
         if not sent:
             break
-        for message in sent:
-            RangeRun(db, Limits(), on_drained=on_drained).run(*message)
+        for collection_id, range_id, _ in sent:
+            RangeRun(db, Limits(), on_drained=on_drained).run(collection_id, range_id)
     status = status_row(db, registered_posts.id)
     assert status["status"] == "complete", status
     assert len(woken) >= 3  # more ranges, then the phases after the drain
@@ -431,7 +431,7 @@ def test_a_wake_that_fails_costs_the_batch_nothing(db, registered_posts, monkeyp
         [Item(r.collection_id, r.content_id, r.work_version) for r in due]
     )
     assert {str(r.outcome) for r in results} == {"completed"} and len(results) == 5
-    ((collection_id, range_id),) = mark_for_dispatch(db, 0, 10)
+    ((collection_id, range_id, _),) = mark_for_dispatch(db, 0, 10)
     report = RangeRun(db, Limits(), on_drained=lambda: called.append(1)).run(
         collection_id, range_id
     )

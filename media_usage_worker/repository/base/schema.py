@@ -642,7 +642,8 @@ pace_samples = Table(
 # work row per entry (docs/design.md §6, "Ranges"). A range is the collection's content ids in
 # ``(after_key, last_key]``; ``after_key`` moves on as the holder commits each chunk, and the
 # row goes when the range is done. It is leased like a work item; ``dispatched_at`` says when
-# its message was last sent, so a lost message is sent again and a live one is not doubled.
+# its message was last sent and ``dispatch_count`` how often, so a lost or starved message is
+# sent again (ahead of backfill work) and a live one is not doubled.
 backfill_ranges = Table(
     "_media_usage_worker_backfill_ranges",
     metadata,
@@ -658,6 +659,7 @@ backfill_ranges = Table(
     Column("lease_token", Text),
     Column("lease_expires_at", Text),
     Column("dispatched_at", Text),
+    _zero("dispatch_count"),
     _sortable_now("created_at"),
     _sortable_now("updated_at"),
     Index("idx__media_usage_worker_backfill_ranges_collection", "collection_id", "last_key"),

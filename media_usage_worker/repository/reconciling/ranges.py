@@ -198,10 +198,11 @@ def ranges_left(bind: Bind, collection_id: str, up_to: int) -> int:
         return int(conn.execute(statement).scalar_one())
 
 
-def mark_for_dispatch(bind: Bind, resend_seconds: int, limit: int) -> list[tuple[str, str]]:
+def mark_for_dispatch(bind: Bind, resend_seconds: int, limit: int) -> list[tuple[str, str, int]]:
     """Ranges whose message is to be sent: never sent, or claimable and last sent more than
-    ``resend_seconds`` ago (its message was lost, or its holder died). Marked sent now, in one
-    guarded statement, so two senders never both send one; ``(collection_id, range_id)``."""
+    ``resend_seconds`` ago (its message was lost or starved, or its holder died). Marked sent
+    now, in one guarded statement, so two senders never both send one; ``(collection_id,
+    range_id, times sent)``."""
     due = sa.or_(
         _r.dispatched_at.is_(None),
         sa.and_(_claimable(), _r.dispatched_at <= db_now(-resend_seconds)),
@@ -212,7 +213,7 @@ def mark_for_dispatch(bind: Bind, resend_seconds: int, limit: int) -> list[tuple
         rows = conn.execute(
             backfill_ranges.update()
             .where(_r.range_id.in_(chosen), due)
-            .values(dispatched_at=db_now())
-            .returning(_r.collection_id, _r.range_id)
+            .values(dispatched_at=db_now(), dispatch_count=_r.dispatch_count + 1)
+            .returning(_r.collection_id, _r.range_id, _r.dispatch_count)
         ).all()
-    return [(row.collection_id, row.range_id) for row in rows]
+    return [(row.collection_id, row.range_id, int(row.dispatch_count)) for row in rows]
