@@ -146,11 +146,19 @@ class RangeRun:
                 "a key range's shared write failed (%s); its %d entries go back as work items",
                 describe(exc), len(usable),
             )  # fmt: skip
-            with transaction(conn) as tx:
-                if not ranges.hold(tx, r):
-                    return False
-                ranges.enqueue_entries(tx, r, usable)
-                ranges.move_on(tx, r, to_key, self.lease_seconds)  # the row is locked: holds
+            try:
+                with transaction(conn) as tx:
+                    if not ranges.hold(tx, r):
+                        return False
+                    ranges.enqueue_entries(tx, r, usable)
+                    ranges.move_on(tx, r, to_key, self.lease_seconds)  # locked: it holds
+            except Exception as again:
+                if isinstance(again, self.interrupts):
+                    raise
+                # Nothing of the chunk was written: the range stays leased until its lease
+                # runs out, and is claimed again (and, claimed too often, handed back whole).
+                log.warning("a key range could not hand its entries back: %s", describe(again))
+                return False
             self._handed_back += len(usable)
             return True
         self._indexed += len(writes) - (len(back) - len(refused))

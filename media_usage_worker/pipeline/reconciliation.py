@@ -94,6 +94,8 @@ class Reconciler:
         # Called after each step that enqueued work: the caller sends it at once, so the
         # workers start on the first pages while the next are still being enqueued.
         self.on_enqueued = on_enqueued
+        # Whether the last ``tick`` stopped at its limits while a step was still due.
+        self.more_due = False
 
     def tick(self, max_steps: int = 100, budget_seconds: float = 5.0) -> list[StepReport]:
         """Up to ``max_steps`` pages (or ``budget_seconds``) of work across due collections."""
@@ -132,6 +134,10 @@ class Reconciler:
                             Action.FAILED,
                         )
                     )
+        # Out of steps or time with a step still due (the sources phase of a large collection,
+        # say): the caller hands the rest on at once instead of leaving it to the next tick.
+        cut_short = len(reports) >= max_steps or time.monotonic() >= deadline
+        self.more_due = cut_short and bool(store.due_collection_ids(self.engine, 1))
         if any(r.action == Action.COMPLETED for r in reports):
             statistics.refresh(self.engine)  # a backfill just ended: the tables grew
         else:

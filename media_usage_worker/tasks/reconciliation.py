@@ -13,7 +13,7 @@ from media_usage_worker.tasks import settings
 from media_usage_worker.tasks.app import media_usage_task
 from media_usage_worker.tasks.names import TaskName
 from media_usage_worker.tasks.ticks import beat_tick
-from media_usage_worker.tasks.work import feed, reconciler
+from media_usage_worker.tasks.work import advance, feed
 
 
 @media_usage_task(TaskName.RECONCILE_TICK, bind=True)
@@ -26,7 +26,7 @@ def reconcile_tick(self: Task) -> dict[str, Any]:
 
 
 def _advance(engine: Engine) -> tuple[dict[str, Any], bool]:
-    reports = reconciler(engine).tick()
+    reports = advance(engine)
     # Also sends the key ranges whose message or holder was lost.
     feed(engine)
     summary = {

@@ -18,7 +18,7 @@ from media_usage_worker.domain.work import checked_items
 from media_usage_worker.pipeline.backfill import RangeRun
 from media_usage_worker.pipeline.batch import BatchRun, Heartbeat
 from media_usage_worker.pipeline.fan_out import due_read_budget, fan_out_due_work, run_tick
-from media_usage_worker.pipeline.reconciliation import Reconciler
+from media_usage_worker.pipeline.reconciliation import Reconciler, StepReport
 from media_usage_worker.pipeline.settle import ProcessResult
 from media_usage_worker.tasks import dispatch, settings
 from media_usage_worker.tasks.app import media_usage_task
@@ -164,9 +164,20 @@ def _reconcile_now(engine: Engine) -> Callable[[], None]:
     and its last phases follow the drain at once."""
 
     def step() -> None:
-        reconciler(engine).tick(budget_seconds=RECONCILE_NOW_SECONDS)
+        advance(engine, budget_seconds=RECONCILE_NOW_SECONDS)
 
     return step
+
+
+def advance(engine: Engine, budget_seconds: float = 5.0) -> list[StepReport]:
+    """One reconcile tick's steps; when it stopped at its budget with a step still due, a
+    reconcile tick is sent at once to go on (the sources phase of a large collection is many
+    steps, and would otherwise move one budget per beat interval)."""
+    running = reconciler(engine)
+    reports = running.tick(budget_seconds=budget_seconds)
+    if running.more_due:
+        dispatch.reconcile_soon()
+    return reports
 
 
 def reconciler(engine: Engine) -> Reconciler:

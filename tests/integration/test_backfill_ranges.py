@@ -188,3 +188,29 @@ def test_the_run_waits_for_its_ranges(db, registered_posts) -> None:
     status = status_row(db, registered_posts.id)
     assert (status["status"], status["reconciliation_required"]) == ("running", 1)
     assert count(db, backfill_ranges) == 5
+
+
+def test_a_chunk_never_waits_long_on_a_hosts_transaction(db, registered_posts, dialect) -> None:
+    """A host's transaction holds the work row of an entry the range must hand back: the chunk
+    gives up its lock wait (before PostgreSQL's deadlock check could pick the host), nothing of
+    it is written, and the host commits."""
+    if dialect == "sqlite":
+        pytest.skip("SQLite has no row locks: a content write keeps every other writer out")
+    scanned(db, 10)
+    ((collection_id, range_id),) = sent(db)
+    host = db.connect()
+    host_tx = host.begin()
+    # The capture trigger locks e00003's work row until the host commits.
+    host.execute(sa.text("UPDATE ec_posts SET hero = 'm-host', version = version + 1 "
+                         "WHERE id = 'e00003'"))  # fmt: skip
+    try:
+        # Every entry is over this limit, so every one is handed back as a work item.
+        report = RangeRun(db, Limits(max_entry_chars=10)).run(collection_id, range_id)
+    finally:
+        host_tx.commit()
+        host.close()
+    assert report.outcome == RangeOutcome.LEASE_LOST
+    with db.connect() as conn:
+        queued = conn.execute(sa.select(work.c.content_id)).scalars().all()
+    assert queued == ["e00003"]  # the host's own, committed; the chunk wrote nothing
+    assert count(db, backfill_ranges) == 1

@@ -466,3 +466,13 @@ def test_when_coverage_last_became_complete_is_kept_while_it_is_not(db, register
     again = last_complete()
     assert again is not None and again >= status_row(db, registered_posts.id)["completed_at"]
     assert again > noted
+
+
+def test_a_tick_cut_short_with_a_step_still_due_says_so(db, registered_posts) -> None:
+    write(db, INSERT, entries(30))
+    activate(db)
+    reconciler = Reconciler(db, defer_seconds=60)
+    reconciler.tick(max_steps=1)  # the run starts; its scan is due at once
+    assert reconciler.more_due is True
+    reconciler.tick()  # the scan hands its range out, then waits for it: nothing is due
+    assert reconciler.more_due is False

@@ -127,10 +127,20 @@ def next_ids(bind: Bind, r: BackfillRange, limit: int) -> list[str]:
         return list(conn.execute(query.order_by(content.c.id).limit(limit)).scalars())
 
 
+# How long a chunk's statement waits for a row lock on PostgreSQL before it gives up (and the
+# chunk goes back as work items): shorter than the server's deadlock check (1 s by default),
+# so in a lock cycle with a host's transaction it is always the chunk that is aborted, never
+# the host's write.
+CHUNK_LOCK_TIMEOUT_MS = 500
+_CHUNK_LOCK_TIMEOUT = sa.text(f"SET LOCAL lock_timeout = {CHUNK_LOCK_TIMEOUT_MS}")
+
+
 def hold(conn: sa.Connection, r: BackfillRange) -> bool:
     """The first statement of a chunk's transaction: lock the range row until the commit while
     the lease holds and the run is still the one that made it, so a restart of the run waits
     for the chunk or finds the range gone. ``False``: lost, and the caller must write nothing."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(_CHUNK_LOCK_TIMEOUT)
     held = sa.select(_r.range_id).where(*_held(r)).with_for_update(of=backfill_ranges)
     return conn.execute(held).first() is not None
 
