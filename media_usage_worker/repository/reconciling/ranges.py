@@ -25,7 +25,7 @@ from media_usage_worker.repository.base.db import Bind, read_transaction, transa
 from media_usage_worker.repository.base.ids import new_ulid
 from media_usage_worker.repository.base.predicates import active_status_row
 from media_usage_worker.repository.base.schema import backfill_ranges, reconciliations
-from media_usage_worker.repository.registry.content_tables import scope_columns
+from media_usage_worker.repository.registry.content_tables import ids_in_key_range
 from media_usage_worker.repository.work_queue.work_rescan import upsert_run_work
 
 __all__ = [
@@ -119,12 +119,7 @@ def claim_range(
 
 def next_ids(bind: Bind, r: BackfillRange, limit: int) -> list[str]:
     """The range's next content ids, in key order (the scan's order)."""
-    content = scope_columns(r.collection_slug)
-    query = sa.select(content.c.id).where(content.c.id <= r.last_key)
-    if r.after_key is not None:
-        query = query.where(content.c.id > r.after_key)
-    with read_transaction(bind) as conn:
-        return list(conn.execute(query.order_by(content.c.id).limit(limit)).scalars())
+    return ids_in_key_range(bind, r.collection_slug, r.after_key, r.last_key, limit)
 
 
 # How long a chunk's statement waits for a row lock on PostgreSQL before it gives up (and the
@@ -172,13 +167,10 @@ def demote(bind: Bind, r: BackfillRange) -> int:
     """Give the rest of the range back as work rows at the run's epoch, and delete it: a range
     claimed too often (killed or out of time each time) is worked entry by entry, where the
     entry that costs the time is the one charged. The number of entries handed back."""
-    content = scope_columns(r.collection_slug)
-    rest = sa.select(content.c.id).where(content.c.id <= r.last_key).order_by(content.c.id)
-    if r.after_key is not None:
-        rest = rest.where(content.c.id > r.after_key)
     with transaction(bind) as conn:
         if conn.execute(backfill_ranges.delete().where(*_held(r)).returning(_r.range_id)).first():
-            usable, _ = split_usable(conn.execute(rest).scalars(), lambda content_id: content_id)
+            rest = ids_in_key_range(conn, r.collection_slug, r.after_key, r.last_key)
+            usable, _ = split_usable(rest, lambda content_id: content_id)
             enqueue_entries(conn, r, usable)
             return len(usable)
     return 0

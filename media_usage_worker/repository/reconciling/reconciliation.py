@@ -46,7 +46,7 @@ from media_usage_worker.repository.base.schema import (
     work,
 )
 from media_usage_worker.repository.lifecycle.activation import is_activation_active
-from media_usage_worker.repository.registry.content_tables import scope_columns
+from media_usage_worker.repository.registry.content_tables import ids_in_key_range, scope_columns
 from media_usage_worker.repository.registry.field_registry import load_fields
 from media_usage_worker.repository.registry.rules_state import note_complete, record_indexed_rules
 from media_usage_worker.repository.work_queue.leases import LeasedRows, leased_record, unleased
@@ -399,12 +399,7 @@ def scan_page(bind: Bind, c: Coordinator, limit: int) -> list[str]:
     """The next content ids of the scan, up to the id that was largest when the run began."""
     if c.scan_upper_id is None:
         return []
-    content = scope_columns(c.collection_slug)
-    query = sa.select(content.c.id).where(content.c.id <= c.scan_upper_id)
-    if c.scan_cursor is not None:
-        query = query.where(content.c.id > c.scan_cursor)
-    with transaction(bind) as conn:
-        return list(conn.execute(query.order_by(content.c.id).limit(limit)).scalars())
+    return ids_in_key_range(bind, c.collection_slug, c.scan_cursor, c.scan_upper_id, limit)
 
 
 def hand_out_ranges(bind: Bind, c: Coordinator, bounds: list[tuple[str | None, str]]) -> bool:

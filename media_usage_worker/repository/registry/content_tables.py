@@ -20,6 +20,7 @@ from media_usage_worker.domain.content_model import (
 )
 from media_usage_worker.domain.host_sources import Scope
 from media_usage_worker.repository.base.clock import db_legacy_now
+from media_usage_worker.repository.base.db import Bind, read_transaction
 from media_usage_worker.repository.base.schema import revisions
 from media_usage_worker.repository.base.stored_text import StoredText
 
@@ -70,6 +71,19 @@ def scope_columns(slug: str, columns: Sequence[str] = ("id",)) -> sa.FromClause:
         for name in dict.fromkeys(columns)
     ]
     return sa.select(*selected).subquery(named.table)
+
+
+def ids_in_key_range(
+    bind: Bind, slug: str, after: str | None, last: str, limit: int | None = None
+) -> list[str]:
+    """A scope's ids in ``(after, last]``, in key order: the one order a reconciliation's scan
+    pages ids in and its key ranges are read in, so every id falls in exactly one range."""
+    table = scope_columns(slug)
+    query = sa.select(table.c.id).where(table.c.id <= last)
+    if after is not None:
+        query = query.where(table.c.id > after)
+    with read_transaction(bind) as conn:
+        return list(conn.execute(query.order_by(table.c.id).limit(limit)).scalars())
 
 
 def scope_table_name(slug: str) -> str:
