@@ -3,11 +3,11 @@
 A range is one collection's content ids in ``(after_key, last_key]``, handed out by the run's
 coordinator (``repository.reconciliation.hand_out_ranges``) in place of a work row per entry.
 A worker claims it under a lease like a work item, and commits it a chunk at a time: each
-chunk's transaction begins by locking the range row while the lease holds and the run is still
-the one that made the range (``hold``), so a holder whose lease expired, or whose run was
-restarted, writes nothing; it ends by moving ``after_key`` on (``move_on``; the last chunk
-deletes the range). What a
-range cannot index itself goes back as ordinary work rows at the run's epoch.
+chunk's transaction begins by locking the range row while the lease holds, the run is still the
+one that made the range and the collection's capture is active (``hold``), so a holder whose
+lease expired, whose run was restarted or whose collection is being deleted writes nothing; it
+ends by moving ``after_key`` on (``move_on``; the last chunk deletes the range). What a range
+cannot index itself goes back as ordinary work rows at the run's epoch.
 """
 
 from __future__ import annotations
@@ -132,8 +132,9 @@ _CHUNK_LOCK_TIMEOUT = sa.text(f"SET LOCAL lock_timeout = {CHUNK_LOCK_TIMEOUT_MS}
 
 def hold(conn: sa.Connection, r: BackfillRange) -> bool:
     """The first statement of a chunk's transaction: lock the range row until the commit while
-    the lease holds and the run is still the one that made it, so a restart of the run waits
-    for the chunk or finds the range gone. ``False``: lost, and the caller must write nothing."""
+    the lease holds, the run is still the one that made it and capture is active, so a restart
+    of the run waits for the chunk or finds the range gone. ``False``: lost, and the caller must
+    write nothing."""
     if conn.dialect.name == "postgresql":
         conn.execute(_CHUNK_LOCK_TIMEOUT)
     held = sa.select(_r.range_id).where(*_held(r)).with_for_update(of=backfill_ranges)
@@ -156,7 +157,8 @@ def move_on(conn: sa.Connection, r: BackfillRange, to_key: str, lease_seconds: i
 
 def enqueue_entries(conn: sa.Connection, r: BackfillRange, content_ids: Sequence[str]) -> None:
     """Entries the range hands back as work rows at the run's epoch, in the caller's
-    transaction (after ``move_on``): they get the retries, backoff and failure of work items."""
+    transaction (between ``hold`` and ``move_on``): they get the retries, backoff and failure
+    of work items."""
     ids = list(dict.fromkeys(content_ids))
     for start in range(0, len(ids), RECONCILIATION_PAGE_LIMIT):
         page = ids[start : start + RECONCILIATION_PAGE_LIMIT]
