@@ -214,3 +214,10 @@ def test_a_chunk_never_waits_long_on_a_hosts_transaction(db, registered_posts, d
         queued = conn.execute(sa.select(work.c.content_id)).scalars().all()
     assert queued == ["e00003"]  # the host's own, committed; the chunk wrote nothing
     assert count(db, backfill_ranges) == 1
+
+
+def test_a_range_whose_run_is_gone_is_never_sent(db, registered_posts) -> None:
+    scanned(db, 40)
+    with db.begin() as conn:  # as a deactivation racing the scan step could leave it
+        conn.execute(reconciliations.delete())
+    assert ranges.mark_for_dispatch(db, 0, 100) == []

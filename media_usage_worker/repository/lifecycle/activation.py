@@ -199,8 +199,10 @@ def drop_all_work(conn: sa.Connection) -> None:
     """Every queued work row and reconciliation run (with its key ranges): with capture off
     nothing processes them."""
     conn.execute(schema.work.delete())
-    conn.execute(schema.backfill_ranges.delete())
+    # Coordinators first: a scan step handing out ranges holds its coordinator's row, so this
+    # waits for it, and the ranges it wrote are then seen and deleted too.
     conn.execute(schema.reconciliations.delete())
+    conn.execute(schema.backfill_ranges.delete())
 
 
 def distrust_all_coverage(conn: sa.Connection) -> None:

@@ -207,9 +207,18 @@ def mark_for_dispatch(bind: Bind, resend_seconds: int, limit: int) -> list[tuple
     ``resend_seconds`` ago (its message was lost or starved, or its holder died). Marked sent
     now, in one guarded statement, so two senders never both send one; ``(collection_id,
     range_id, times sent)``."""
-    due = sa.or_(
-        _r.dispatched_at.is_(None),
-        sa.and_(_claimable(), _r.dispatched_at <= db_now(-resend_seconds)),
+    # A range whose run is gone (deactivated, restarted) is never sent: nothing could hold it.
+    run = sa.select(1).where(
+        _rc.collection_id == _r.collection_id,
+        _rc.run_token == _r.run_token,
+        _rc.target_epoch == _r.change_epoch,
+    )
+    due = sa.and_(
+        sa.or_(
+            _r.dispatched_at.is_(None),
+            sa.and_(_claimable(), _r.dispatched_at <= db_now(-resend_seconds)),
+        ),
+        sa.exists(run),
     )
     order = (_r.created_at, _r.collection_id, _r.last_key)
     chosen = sa.select(_r.range_id).where(due).order_by(*order).limit(limit)

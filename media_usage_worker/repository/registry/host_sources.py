@@ -196,7 +196,8 @@ def delete_index_of(conn: sa.Connection, collection_id: str) -> None:
     )
     conn.execute(schema.occurrences.delete().where(schema.occurrences.c.source_key.in_(keys)))
     conn.execute(schema.sources.delete().where(schema.sources.c.collection_id == collection_id))
-    tables = (schema.work, schema.backfill_ranges, schema.reconciliations, schema.rules_state)
+    # Coordinators before their ranges (see ``activation.drop_all_work``).
+    tables = (schema.work, schema.reconciliations, schema.backfill_ranges, schema.rules_state)
     for table in tables:
         conn.execute(table.delete().where(table.c.collection_id == collection_id))
     conn.execute(
